@@ -1,0 +1,197 @@
+"""Core types shared by the simulator and the live daemon.
+
+Every type here is immutable. A :class:`ClusterSnapshot` is what a policy sees; a
+:class:`Decision` is what it returns. The simulator (``TraceSource``/``SimActuator``) and the
+daemon (``SlurmSource``/``SlurmActuator``) produce and consume exactly these types, so a policy
+cannot tell which world it runs in.
+
+Units: times are seconds (float) on one clock per world (trace epoch seconds in the simulator,
+Unix time live); durations are seconds; prices are per GPU-hour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+JobId = str
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A machine: its GPU type and count, the host group it sits in, and its price."""
+
+    name: str
+    gpu_type: str
+    gpus: int
+    host_group: str = ""
+    price_per_gpu_hour: float = 0.0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The static description of a cluster: its nodes, in a fixed order."""
+
+    name: str
+    nodes: tuple[Node, ...]
+    _index: Mapping[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        index = {node.name: i for i, node in enumerate(self.nodes)}
+        if len(index) != len(self.nodes):
+            raise ValueError(f"cluster {self.name!r} has duplicate node names")
+        object.__setattr__(self, "_index", MappingProxyType(index))
+
+    def index(self, node_name: str) -> int:
+        return self._index[node_name]
+
+    def has_node(self, node_name: str) -> bool:
+        return node_name in self._index
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(node.gpus for node in self.nodes)
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(sorted({node.gpu_type for node in self.nodes}))
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A GPU job as submitted: a gang of ``num_gpus`` GPUs that must all start together.
+
+    ``num_nodes`` and ``gpus_per_node`` are the shape the user asked for (``None`` = any
+    shape, as with Slurm's ``--gpus=N``). ``oracle_duration`` is the run time on the trace's
+    reference hardware; only the simulator knows it, and a policy that reads it is an oracle.
+    ``model_family`` is the job class the performance model uses (empty when unknown, live).
+    """
+
+    job_id: JobId
+    submit_time: float
+    num_gpus: int
+    user: str = ""
+    partition: str = ""
+    num_nodes: int | None = None
+    gpus_per_node: int | None = None
+    gpu_type: str | None = None
+    time_limit: float | None = None
+    model_family: str = ""
+    oracle_duration: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A gang placement: ``gpus[i]`` GPUs on node ``nodes[i]`` (node names, no repeats)."""
+
+    nodes: tuple[str, ...]
+    gpus: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.nodes) != len(self.gpus):
+            raise ValueError("placement nodes and gpus differ in length")
+        if len(set(self.nodes)) != len(self.nodes):
+            raise ValueError(f"placement repeats a node: {self.nodes}")
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(self.gpus)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.nodes)
+
+
+def placement_fits_shape(job: Job, placement: Placement) -> bool:
+    """True when ``placement`` gives ``job`` exactly the GPUs and shape it asked for."""
+    if placement.num_gpus != job.num_gpus:
+        return False
+    if job.num_nodes is not None and placement.num_nodes != job.num_nodes:
+        return False
+    if job.gpus_per_node is not None:
+        return all(g == job.gpus_per_node for g in placement.gpus)
+    return all(g > 0 for g in placement.gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    job: Job
+    start_time: float
+    placement: Placement
+
+    @property
+    def limit_end(self) -> float | None:
+        """When the job's time limit runs out (what Slurm's backfill plans with)."""
+        if self.job.time_limit is None:
+            return None
+        return self.start_time + self.job.time_limit
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedJob:
+    job: Job
+    start_time: float
+    end_time: float
+    placement: Placement
+    state: str = "COMPLETED"
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedObservation:
+    """A measured speed of a job class on a set of machines.
+
+    ``relative_speed`` is the observed throughput divided by the nominal throughput of that
+    job class on that GPU type (1.0 = as fast as the type should be; a straggler is < 1).
+    For a multi-node job it is the pace of the slowest member.
+    """
+
+    time: float
+    nodes: tuple[str, ...]
+    job_class: str
+    relative_speed: float
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """What a policy sees at one decision point.
+
+    ``free_gpus[i]`` is the number of idle, usable GPUs on ``cluster.nodes[i]`` (0 for a node
+    that is down or drained). ``pending`` is in submit order. ``finished`` and
+    ``observations`` hold what happened since the previous snapshot.
+    """
+
+    time: float
+    cluster: Cluster
+    free_gpus: tuple[int, ...]
+    pending: tuple[Job, ...]
+    running: tuple[RunningJob, ...] = ()
+    finished: tuple[FinishedJob, ...] = ()
+    observations: tuple[SpeedObservation, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.free_gpus) != len(self.cluster.nodes):
+            raise ValueError("free_gpus does not match the cluster's nodes")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a scheduler wants, applied by exactly one actuator.
+
+    ``ranking`` lists the pending jobs released to start, highest priority first; a pending job
+    not in it is held back (deferred). ``placements`` pins released jobs to node sets; a
+    released job without one lets the resource manager choose its nodes. ``scores`` keeps the
+    per-job scores behind the ranking for the audit trail.
+    """
+
+    policy_id: str
+    ranking: tuple[JobId, ...]
+    placements: Mapping[JobId, Placement] = field(default_factory=dict)
+    scores: Mapping[JobId, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "placements", MappingProxyType(dict(self.placements)))
+        object.__setattr__(self, "scores", MappingProxyType(dict(self.scores)))
+        unranked = set(self.placements) - set(self.ranking)
+        if unranked:
+            raise ValueError(f"placements for jobs that are not released: {sorted(unranked)}")

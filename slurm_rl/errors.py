@@ -1,0 +1,47 @@
+"""Errors that reach a user as one clear line (never a traceback)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class SlurmRLError(Exception):
+    """Base class: the CLI prints ``str(error)`` on one line and exits non-zero."""
+
+
+class InputError(SlurmRLError):
+    """Bad input: a trace, config, cluster spec, Slurm output or CLI argument.
+
+    The message names where the problem is: ``file:line: column 'x': what is wrong``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | Path | None = None,
+        line: int | None = None,
+        column: str | None = None,
+    ) -> None:
+        self.path = str(path) if path is not None else None
+        self.line = line
+        self.column = column
+        self.reason = message
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        where = self.path or ""
+        if self.line is not None:
+            where = f"{where}:{self.line}" if where else f"line {self.line}"
+        if self.column is not None:
+            where = f"{where}: column '{self.column}'" if where else f"column '{self.column}'"
+        return f"{where}: {self.reason}" if where else self.reason
+
+
+class UnknownNameError(SlurmRLError):
+    """A name (policy, cluster, GPU type, trace format) that is not known."""
+
+    def __init__(self, kind: str, name: str, known: list[str] | tuple[str, ...]) -> None:
+        self.kind = kind
+        self.name = name
+        super().__init__(f"unknown {kind} {name!r}; known: {', '.join(sorted(known))}")
