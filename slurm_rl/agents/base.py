@@ -1,0 +1,43 @@
+"""The two policy roles a scheduler composes: ordering (which job next) and placement (where).
+
+Both are plain objects with a ``name`` (used in reports and as part of the policy id), an
+``observe`` hook that sees every snapshot before a decision (learned state such as duration
+history or machine-speed posteriors is updated there, never from anything but the snapshot),
+and one decision method. Neither may know which world it runs in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from slurm_rl.core import ClusterSnapshot, Job, Placement
+
+
+@runtime_checkable
+class OrderingPolicy(Protocol):
+    """Scores pending jobs; the scheduler releases them highest score first."""
+
+    name: str
+
+    def observe(self, snapshot: ClusterSnapshot) -> None: ...
+
+    def score(self, snapshot: ClusterSnapshot) -> Sequence[float]:
+        """One score per job in ``snapshot.pending`` (same order); higher goes first."""
+        ...
+
+
+@runtime_checkable
+class PlacementPolicy(Protocol):
+    """Chooses a node set for one job given the GPUs still free in this decision."""
+
+    name: str
+
+    def observe(self, snapshot: ClusterSnapshot) -> None: ...
+
+    def place(
+        self, job: Job, free_gpus: Sequence[int], snapshot: ClusterSnapshot
+    ) -> Placement | None:
+        """A placement using only ``free_gpus`` (indexed like ``snapshot.cluster.nodes``),
+        satisfying the job's shape and GPU-type constraint, or ``None`` if none fits now."""
+        ...
