@@ -180,18 +180,17 @@ class Decision:
 
     ``ranking`` lists the pending jobs released to start, highest priority first; a pending job
     not in it is held back (deferred). ``placements`` pins released jobs to node sets; a
-    released job without one lets the resource manager choose its nodes. ``scores`` keeps the
-    per-job scores behind the ranking for the audit trail.
+    released job without one lets the resource manager choose its nodes (a placement for a job
+    that is not released is ignored by every actuator). ``scores`` holds the score behind each
+    ranked job, aligned with ``ranking``, for the audit trail (empty when there are none).
     """
 
     policy_id: str
     ranking: tuple[JobId, ...]
     placements: Mapping[JobId, Placement] = field(default_factory=dict)
-    scores: Mapping[JobId, float] = field(default_factory=dict)
+    scores: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "placements", MappingProxyType(dict(self.placements)))
-        object.__setattr__(self, "scores", MappingProxyType(dict(self.scores)))
-        unranked = set(self.placements) - set(self.ranking)
-        if unranked:
-            raise ValueError(f"placements for jobs that are not released: {sorted(unranked)}")
+        if self.scores and len(self.scores) != len(self.ranking):
+            raise ValueError("scores must be empty or aligned with ranking")
