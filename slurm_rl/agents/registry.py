@@ -1,0 +1,60 @@
+"""Policies by name. A scheduler is named ``<ordering>+<placement>``, e.g. ``fifo+best-fit``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from slurm_rl.agents.base import OrderingPolicy, PlacementPolicy
+from slurm_rl.agents.ordering_baselines import Fifo, Multifactor, Qssf, SjfOracle
+from slurm_rl.agents.placement_baselines import (
+    BestFit,
+    CheapestGpuFirst,
+    FastestGpuFirst,
+    FirstFit,
+    RandomFit,
+)
+from slurm_rl.errors import UnknownNameError
+from slurm_rl.scheduler import Scheduler, Walk
+
+ORDERING: dict[str, Callable[[], OrderingPolicy]] = {
+    "fifo": Fifo,
+    "sjf-oracle": SjfOracle,
+    "qssf": Qssf,
+    "multifactor": Multifactor,
+}
+
+#: Ordering policies a real cluster could run (no oracle knowledge).
+REALISABLE_ORDERING = ("fifo", "qssf", "multifactor")
+
+
+def placement_factories(
+    gpu_speed: Mapping[str, float], seed: int = 0
+) -> dict[str, Callable[[], PlacementPolicy]]:
+    return {
+        "first-fit": FirstFit,
+        "best-fit": BestFit,
+        "random": lambda: RandomFit(seed),
+        "fastest-gpu": lambda: FastestGpuFirst(gpu_speed),
+        "cheapest-gpu": CheapestGpuFirst,
+    }
+
+
+def baseline_names() -> list[str]:
+    """Every ordering with first-fit, and FIFO with every placement."""
+    placements = ["first-fit", "best-fit", "random", "fastest-gpu", "cheapest-gpu"]
+    names = [f"{o}+first-fit" for o in ORDERING]
+    return names + [f"fifo+{p}" for p in placements if p != "first-fit"]
+
+
+def make_scheduler(
+    name: str, gpu_speed: Mapping[str, float], *, seed: int = 0, walk: Walk = "greedy"
+) -> Scheduler:
+    ordering_name, sep, placement_name = name.partition("+")
+    placements = placement_factories(gpu_speed, seed)
+    if not sep:
+        raise UnknownNameError("policy", name, [f"{o}+{p}" for o in ORDERING for p in placements])
+    if ordering_name not in ORDERING:
+        raise UnknownNameError("ordering policy", ordering_name, list(ORDERING))
+    if placement_name not in placements:
+        raise UnknownNameError("placement policy", placement_name, list(placements))
+    return Scheduler(ORDERING[ordering_name](), placements[placement_name](), walk=walk)

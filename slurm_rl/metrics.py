@@ -1,0 +1,76 @@
+"""Schedule quality metrics over a replay's job outcomes.
+
+* JCT (job completion time) = end − submit; reported as mean, p50, p95, p99.
+* queueing delay = start − submit (mean).
+* bounded slowdown = max(1, JCT / max(runtime, τ)), τ = 10 s (mean).
+* makespan = last end − first submit.
+* GPU utilisation = busy GPU-seconds / (total GPUs × makespan).
+* fees = Σ GPUs × run time × price of the GPU type per hour.
+* JCT lower bound = mean over jobs of the run time on the fastest GPUs the job can use,
+  alone, consolidated, on healthy machines, starting at submit: no schedule can beat it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from slurm_rl.simulator.outcomes import JobOutcome
+
+BOUNDED_SLOWDOWN_TAU_S = 10.0
+
+
+@dataclass(frozen=True)
+class ScheduleMetrics:
+    jobs: int
+    avg_jct_s: float
+    p50_jct_s: float
+    p95_jct_s: float
+    p99_jct_s: float
+    avg_queueing_s: float
+    avg_bounded_slowdown: float
+    makespan_s: float
+    gpu_utilisation: float
+    total_fees: float
+    gpu_hours: float
+    jct_lower_bound_s: float
+
+    def as_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+def compute_metrics(outcomes: Sequence[JobOutcome], total_gpus: int) -> ScheduleMetrics:
+    if not outcomes:
+        raise ValueError("no finished jobs to measure")
+    jct = np.array([o.jct for o in outcomes])
+    runtime = np.array([o.runtime for o in outcomes])
+    queueing = np.array([o.queueing_delay for o in outcomes])
+    slowdown = np.maximum(1.0, jct / np.maximum(runtime, BOUNDED_SLOWDOWN_TAU_S))
+    gpu_seconds = sum(sum(o.gpu_seconds.values()) for o in outcomes)
+    first_submit = min(o.job.submit_time for o in outcomes)
+    makespan = max(o.end for o in outcomes) - first_submit
+    return ScheduleMetrics(
+        jobs=len(outcomes),
+        avg_jct_s=float(jct.mean()),
+        p50_jct_s=float(np.percentile(jct, 50)),
+        p95_jct_s=float(np.percentile(jct, 95)),
+        p99_jct_s=float(np.percentile(jct, 99)),
+        avg_queueing_s=float(queueing.mean()),
+        avg_bounded_slowdown=float(slowdown.mean()),
+        makespan_s=float(makespan),
+        gpu_utilisation=float(gpu_seconds / (total_gpus * makespan)) if makespan > 0 else 0.0,
+        total_fees=float(sum(o.fee for o in outcomes)),
+        gpu_hours=float(gpu_seconds / 3600.0),
+        jct_lower_bound_s=float(np.mean([o.best_runtime for o in outcomes])),
+    )
+
+
+def fees_by_gpu_type(outcomes: Sequence[JobOutcome], prices: dict[str, float]) -> dict[str, float]:
+    """Fees per GPU type, from the GPU-seconds each job spent on each type."""
+    fees: dict[str, float] = {}
+    for outcome in outcomes:
+        for gpu_type, seconds in outcome.gpu_seconds.items():
+            fees[gpu_type] = fees.get(gpu_type, 0.0) + seconds * prices[gpu_type] / 3600.0
+    return fees

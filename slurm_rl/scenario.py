@@ -1,0 +1,100 @@
+"""A scenario (cluster + trace + action mode) and replaying a scheduler through it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from slurm_rl.agents.nodesets import fixed_shape
+from slurm_rl.core import Cluster, Job
+from slurm_rl.loop import DecisionMaker, run_loop
+from slurm_rl.metrics import ScheduleMetrics, compute_metrics
+from slurm_rl.simulator.cluster_spec import ClusterSpec
+from slurm_rl.simulator.engine import SimConfig, Simulation
+from slurm_rl.simulator.fluctuation import MachineFluctuation
+from slurm_rl.simulator.outcomes import JobOutcome, Timeline
+from slurm_rl.simulator.perfmodel import PerformanceModel
+from slurm_rl.simulator.speed import SpeedModel
+from slurm_rl.simulator.world import SimActuator, TraceSource
+from slurm_rl.traces import Trace
+
+
+@dataclass(frozen=True)
+class Scenario:
+    spec: ClusterSpec
+    trace: Trace
+    sim: SimConfig = field(default_factory=SimConfig)
+    fluctuation: bool = True
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.spec.cluster
+
+    def runnable_jobs(self) -> tuple[list[Job], int]:
+        """The trace's jobs that can run on this cluster at all, and how many cannot."""
+        jobs = [job for job in self.trace.jobs if can_ever_run(job, self.cluster)]
+        return jobs, len(self.trace.jobs) - len(jobs)
+
+
+def can_ever_run(job: Job, cluster: Cluster) -> bool:
+    """True when an empty cluster could hold the job with its shape and GPU type."""
+    wanted = job.gpu_type.lower() if job.gpu_type else None
+    sizes = sorted(
+        (n.gpus for n in cluster.nodes if wanted is None or n.gpu_type.lower() == wanted),
+        reverse=True,
+    )
+    if job.num_nodes is None and job.gpus_per_node is None:
+        return sum(sizes) >= job.num_gpus
+    shares = fixed_shape(job)
+    return len(sizes) >= len(shares) and all(s >= g for s, g in zip(sizes, shares, strict=False))
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    policy_id: str
+    metrics: ScheduleMetrics
+    outcomes: Sequence[JobOutcome]
+    timeline: Timeline
+    wall_s: float
+    cycles: int
+    unschedulable_jobs: int
+    rejected_actions: int
+
+
+def build_simulation(scenario: Scenario, perf: PerformanceModel | None = None) -> Simulation:
+    perf = perf or PerformanceModel.default()
+    cluster = scenario.cluster
+    fluctuation = None
+    if scenario.fluctuation and scenario.spec.fluctuation.enabled:
+        fluctuation = MachineFluctuation(len(cluster.nodes), scenario.spec.fluctuation)
+    speed = SpeedModel(cluster, perf, scenario.trace.reference_gpu, fluctuation)
+    jobs, _ = scenario.runnable_jobs()
+    return Simulation(cluster, jobs, speed, fluctuation, scenario.sim)
+
+
+def replay(
+    scenario: Scenario,
+    scheduler: DecisionMaker,
+    *,
+    policy_id: str,
+    perf: PerformanceModel | None = None,
+    on_cycle: Callable[[], None] | None = None,
+) -> ReplayResult:
+    started = time.perf_counter()
+    simulation = build_simulation(scenario, perf)
+    cycles = run_loop(TraceSource(simulation), scheduler, SimActuator(simulation), None, on_cycle)
+    return ReplayResult(
+        policy_id=policy_id,
+        metrics=compute_metrics(simulation.outcomes, scenario.cluster.total_gpus),
+        outcomes=simulation.outcomes,
+        timeline=simulation.timeline,
+        wall_s=time.perf_counter() - started,
+        cycles=cycles,
+        unschedulable_jobs=scenario.runnable_jobs()[1],
+        rejected_actions=simulation.rejected_actions,
+    )
+
+
+def with_mode(scenario: Scenario, mode: str) -> Scenario:
+    return replace(scenario, sim=replace(scenario.sim, mode=mode))

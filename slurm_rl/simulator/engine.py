@@ -1,0 +1,417 @@
+"""The discrete-event GPU cluster simulator.
+
+Jobs arrive from a trace, wait, start as gangs on exact node sets, progress at the rate the
+performance model gives (which changes when machines drift or neighbours come and go), and
+finish once their work is done; fees accrue per GPU-second at each GPU type's price.
+
+The engine exposes the two halves of the shared loop: :meth:`Simulation.next_snapshot` (advance
+to the next decision point, return what a policy sees) and :meth:`Simulation.apply` (carry out a
+decision). In ``direct`` mode a decision starts jobs on node sets at once; in ``slurm`` mode it
+only sets priority order, required nodes and deferral, and :mod:`slurm_rl.simulator.slurm_emulation`
+starts jobs as slurmctld would — exactly the levers the daemon has live.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from slurm_rl.core import (
+    Cluster,
+    ClusterSnapshot,
+    Decision,
+    FinishedJob,
+    Job,
+    JobId,
+    Placement,
+    RunningJob,
+    SpeedObservation,
+)
+from slurm_rl.simulator.fluctuation import MachineFluctuation
+from slurm_rl.simulator.outcomes import JobOutcome, Timeline
+from slurm_rl.simulator.slurm_emulation import QueuedJob, RunningShape, schedule_pass, valid_pin
+from slurm_rl.simulator.speed import SpeedModel
+
+ActionMode = Literal["direct", "slurm"]
+_FINISH, _STEP, _EXPIRE = 0, 1, 2
+_RANKED_PRIORITY = 1_000_000.0
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """How the simulated world behaves around the policy.
+
+    ``cycle_s``: decisions happen at most once per cycle, aligned to it (0 = at every event),
+    as the daemon polls Slurm. ``defer_window_s``: in ``slurm`` mode, how long the job_submit
+    plugin defers a new job for the daemon to decide on it. ``hold_cap_s``: the longest the
+    daemon may hold a job back after submit before it is left to Slurm.
+    """
+
+    mode: ActionMode = "direct"
+    cycle_s: float = 10.0
+    defer_window_s: float = 30.0
+    hold_cap_s: float = 3600.0
+    observations: bool = True
+    observation_noise: float = 0.02
+    seed: int = 0
+
+
+@dataclass(eq=False)
+class _Run:
+    job: Job
+    nodes: tuple[int, ...]
+    gpus: tuple[int, ...]
+    start: float
+    remaining: float
+    rate: float = 0.0
+    health: float = 1.0
+    updated: float = 0.0
+    version: int = 0
+    record: RunningJob = field(init=False)
+
+
+class Simulation:
+    """One replay of ``jobs`` (sorted by submit time) on ``cluster``."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        jobs: Sequence[Job],
+        speed: SpeedModel,
+        fluctuation: MachineFluctuation | None = None,
+        config: SimConfig | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.config = config or SimConfig()
+        self._speed = speed
+        self._fluctuation = fluctuation
+        self._arrivals = list(jobs)
+        self._next_arrival = 0
+        self.origin = self._arrivals[0].submit_time if self._arrivals else 0.0
+        self.now = self.origin
+        self._free = [node.gpus for node in cluster.nodes]
+        self._node_jobs: list[set[JobId]] = [set() for _ in cluster.nodes]
+        self._pending: dict[JobId, Job] = {}
+        self._running: dict[JobId, _Run] = {}
+        self._events: list[tuple[float, int, int, object]] = []
+        self._seq = 0
+        self._decision_at: float | None = None
+        self._new_finished: list[FinishedJob] = []
+        self._new_observations: list[SpeedObservation] = []
+        self._rng = np.random.default_rng(self.config.seed)
+        self._slurm = _SlurmState()
+        self.outcomes: list[JobOutcome] = []
+        self.timeline = Timeline()
+        self.rejected_actions = 0
+        self._total_gpus = cluster.total_gpus
+        self._schedule_fluctuation()
+
+    # ----- the loop's two halves -------------------------------------------------------
+
+    def next_snapshot(self) -> ClusterSnapshot | None:
+        """Advance to the next decision point and return the snapshot, or None when done."""
+        while True:
+            upcoming = self._next_event_time()
+            if self._decision_at is not None and self._decision_at <= upcoming:
+                self.now = self._decision_at
+                self._decision_at = None
+                return self._snapshot()
+            if upcoming == math.inf:
+                return None
+            self._process_events_at(upcoming)
+
+    def apply(self, decision: Decision) -> None:
+        if self.config.mode == "direct":
+            self._apply_direct(decision)
+        else:
+            self._apply_slurm(decision)
+        self._record_timeline()
+
+    @property
+    def done(self) -> bool:
+        return self._next_arrival >= len(self._arrivals) and not self._pending and not self._running
+
+    # ----- events ------------------------------------------------------------------------
+
+    def _next_event_time(self) -> float:
+        arrival = (
+            self._arrivals[self._next_arrival].submit_time
+            if self._next_arrival < len(self._arrivals)
+            else math.inf
+        )
+        while self._events and self._stale(self._events[0]):
+            heapq.heappop(self._events)
+        event = self._events[0][0] if self._events else math.inf
+        return min(arrival, event)
+
+    def _stale(self, event: tuple[float, int, int, object]) -> bool:
+        _, _, kind, payload = event
+        if kind != _FINISH:
+            return False
+        job_id, version = payload  # type: ignore[misc]
+        run = self._running.get(job_id)
+        return run is None or run.version != version
+
+    def _process_events_at(self, t: float) -> None:
+        self.now = t
+        changed = self._admit_arrivals(t)
+        while self._events and self._events[0][0] <= t:
+            _, _, kind, payload = heapq.heappop(self._events)
+            changed |= self._handle(kind, payload)
+        if self.config.mode == "slurm":
+            self._slurm_pass()
+        self._record_timeline()
+        if changed and self._wants_decision():
+            self._decision_at = self._align(t)
+
+    def _handle(self, kind: int, payload: object) -> bool:
+        if kind == _FINISH:
+            job_id, version = payload  # type: ignore[misc]
+            run = self._running.get(job_id)
+            if run is not None and run.version == version:
+                self._finish(run)
+                return True
+            return False
+        if kind == _STEP:
+            self._fluctuation_step()
+            return False
+        return True  # a deferral ran out: Slurm may start the job now
+
+    def _admit_arrivals(self, t: float) -> bool:
+        admitted = False
+        while self._next_arrival < len(self._arrivals):
+            job = self._arrivals[self._next_arrival]
+            if job.submit_time > t:
+                break
+            self._pending[job.job_id] = job
+            self._next_arrival += 1
+            admitted = True
+            if self.config.mode == "slurm":
+                self._defer(job.job_id, job.submit_time + self.config.defer_window_s)
+        return admitted
+
+    def _wants_decision(self) -> bool:
+        if not self._pending:
+            return False
+        return self.config.mode == "slurm" or any(self._free)
+
+    def _align(self, t: float) -> float:
+        cycle = self.config.cycle_s
+        if cycle <= 0:
+            return t
+        return self.origin + math.ceil((t - self.origin) / cycle - 1e-9) * cycle
+
+    def _push(self, t: float, kind: int, payload: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (t, self._seq, kind, payload))
+
+    # ----- starting, progressing and finishing jobs --------------------------------------
+
+    def _start(self, job: Job, placement: Placement) -> None:
+        nodes = tuple(self.cluster.index(n) for n in placement.nodes)
+        for i, gpus in zip(nodes, placement.gpus, strict=True):
+            self._free[i] -= gpus
+        del self._pending[job.job_id]
+        self._slurm.forget(job.job_id)
+        work = job.oracle_duration if job.oracle_duration is not None else 0.0
+        run = _Run(job, nodes, placement.gpus, self.now, remaining=work, updated=self.now)
+        run.record = RunningJob(job=job, start_time=self.now, placement=placement)
+        self._running[job.job_id] = run
+        affected = self._neighbours(nodes)
+        for i in nodes:
+            self._node_jobs[i].add(job.job_id)
+        self._reschedule([run, *affected])
+
+    def _finish(self, run: _Run) -> None:
+        self._progress(run)
+        del self._running[run.job.job_id]
+        for i, gpus in zip(run.nodes, run.gpus, strict=True):
+            self._free[i] += gpus
+            self._node_jobs[i].discard(run.job.job_id)
+        placement = run.record.placement
+        finished = FinishedJob(run.job, run.start, self.now, placement)
+        self._new_finished.append(finished)
+        self._observe(run)
+        self.outcomes.append(self._outcome(run))
+        self._reschedule(self._neighbours(run.nodes))
+
+    def _outcome(self, run: _Run) -> JobOutcome:
+        runtime = self.now - run.start
+        nodes = [self.cluster.nodes[i] for i in run.nodes]
+        gpu_seconds = {n.gpu_type: 0.0 for n in nodes}
+        fee = 0.0
+        for node, gpus in zip(nodes, run.gpus, strict=True):
+            gpu_seconds[node.gpu_type] += gpus * runtime
+            fee += gpus * runtime * node.price_per_gpu_hour / 3600.0
+        best = self._speed.best_rate(run.job, self.cluster)
+        work = run.job.oracle_duration or 0.0
+        return JobOutcome(
+            job=run.job,
+            start=run.start,
+            end=self.now,
+            nodes=tuple(n.name for n in nodes),
+            gpus=run.gpus,
+            gpu_seconds=gpu_seconds,
+            fee=fee,
+            best_runtime=work / best if best > 0 else runtime,
+        )
+
+    def _neighbours(self, nodes: tuple[int, ...]) -> list[_Run]:
+        ids = set().union(*(self._node_jobs[i] for i in nodes))
+        return [self._running[j] for j in ids]
+
+    def _progress(self, run: _Run) -> None:
+        run.remaining = max(0.0, run.remaining - (self.now - run.updated) * run.rate)
+        run.updated = self.now
+
+    def _reschedule(self, runs: Sequence[_Run]) -> None:
+        for run in runs:
+            self._progress(run)
+            families = self._neighbour_families(run)
+            breakdown = self._speed.rate(run.job, run.nodes, run.gpus, families)
+            run.rate, run.health = breakdown.rate, breakdown.health
+            run.version += 1
+            end = self.now + (run.remaining / run.rate if run.rate > 0 else math.inf)
+            self._push(end, _FINISH, (run.job.job_id, run.version))
+
+    def _neighbour_families(self, run: _Run) -> tuple[str, ...]:
+        own = run.job.job_id
+        ids = set().union(*(self._node_jobs[i] for i in run.nodes)) - {own}
+        return tuple(sorted(self._running[j].job.model_family for j in ids))
+
+    # ----- machine fluctuation and observations ------------------------------------------
+
+    def _schedule_fluctuation(self) -> None:
+        if self._fluctuation is not None and math.isfinite(self._fluctuation.next_step_time):
+            self._push(self.origin + self._fluctuation.next_step_time, _STEP, None)
+
+    def _fluctuation_step(self) -> None:
+        assert self._fluctuation is not None
+        if self._fluctuation.advance_to(self.now - self.origin):
+            runs = list(self._running.values())
+            self._reschedule(runs)
+            for run in runs:
+                self._observe(run)
+        if self._running or self._pending or self._next_arrival < len(self._arrivals):
+            self._schedule_fluctuation()
+
+    def _observe(self, run: _Run) -> None:
+        if not self.config.observations or not run.job.model_family:
+            return
+        noise = float(np.exp(self._rng.normal(0.0, self.config.observation_noise)))
+        nodes = tuple(self.cluster.nodes[i].name for i in run.nodes)
+        self._new_observations.append(
+            SpeedObservation(self.now, nodes, run.job.model_family, run.health * noise)
+        )
+
+    # ----- snapshots and decisions -------------------------------------------------------
+
+    def _snapshot(self) -> ClusterSnapshot:
+        snapshot = ClusterSnapshot(
+            time=self.now,
+            cluster=self.cluster,
+            free_gpus=tuple(self._free),
+            pending=tuple(self._pending.values()),
+            running=tuple(run.record for run in self._running.values()),
+            finished=tuple(self._new_finished),
+            observations=tuple(self._new_observations),
+        )
+        self._new_finished.clear()
+        self._new_observations.clear()
+        return snapshot
+
+    def _apply_direct(self, decision: Decision) -> None:
+        for job_id in decision.ranking:
+            placement = decision.placements.get(job_id)
+            job = self._pending.get(job_id)
+            if placement is None or job is None:
+                continue
+            if self._fits_now(job, placement):
+                self._start(job, placement)
+            else:
+                self.rejected_actions += 1
+
+    def _fits_now(self, job: Job, placement: Placement) -> bool:
+        if not valid_pin(job, placement, self.cluster):
+            return False
+        return all(
+            self._free[self.cluster.index(n)] >= g
+            for n, g in zip(placement.nodes, placement.gpus, strict=True)
+        )
+
+    def _apply_slurm(self, decision: Decision) -> None:
+        released = self._slurm.released
+        released.clear()
+        ranked = len(decision.ranking)
+        for rank, job_id in enumerate(decision.ranking):
+            job = self._pending.get(job_id)
+            if job is None:
+                continue
+            released[job_id] = _RANKED_PRIORITY + ranked - rank
+            self._slurm.eligible_at[job_id] = self.now
+            self._pin(job, decision.placements.get(job_id))
+        self._hold_unranked()
+        self._slurm_pass()
+
+    def _pin(self, job: Job, placement: Placement | None) -> None:
+        if placement is None:
+            self._slurm.pins.pop(job.job_id, None)
+        elif valid_pin(job, placement, self.cluster):
+            self._slurm.pins[job.job_id] = placement
+        else:
+            self.rejected_actions += 1
+
+    def _hold_unranked(self) -> None:
+        cap = self.config.hold_cap_s
+        for job_id, job in self._pending.items():
+            if job_id not in self._slurm.released and self.now < job.submit_time + cap:
+                until = min(self._align(self.now + 1e-6) + self.config.cycle_s, job.submit_time + cap)
+                if self._slurm.eligible_at.get(job_id, 0.0) < until:
+                    self._defer(job_id, until)
+
+    def _defer(self, job_id: JobId, until: float) -> None:
+        self._slurm.eligible_at[job_id] = until
+        self._push(until, _EXPIRE, job_id)
+
+    def _slurm_pass(self) -> None:
+        queue = self._slurm.queue(self._pending.values(), self.now)
+        if not queue or not any(self._free):
+            return
+        running = [
+            RunningShape(run.record.limit_end or math.inf, run.nodes, run.gpus)
+            for run in self._running.values()
+        ]
+        free = list(self._free)
+        for job, placement in schedule_pass(self.now, queue, free, running, self.cluster):
+            self._start(job, placement)
+
+    def _record_timeline(self) -> None:
+        busy = self._total_gpus - sum(self._free)
+        self.timeline.record(self.now, len(self._pending), busy)
+
+
+@dataclass
+class _SlurmState:
+    """The levers the daemon has set on pending jobs, as slurmctld would remember them."""
+
+    released: dict[JobId, float] = field(default_factory=dict)
+    pins: dict[JobId, Placement] = field(default_factory=dict)
+    eligible_at: dict[JobId, float] = field(default_factory=dict)
+
+    def forget(self, job_id: JobId) -> None:
+        self.released.pop(job_id, None)
+        self.pins.pop(job_id, None)
+        self.eligible_at.pop(job_id, None)
+
+    def queue(self, pending: Sequence[Job] | object, now: float) -> list[QueuedJob]:
+        eligible = []
+        for job in pending:  # type: ignore[attr-defined]
+            if self.eligible_at.get(job.job_id, 0.0) <= now:
+                priority = self.released.get(job.job_id, -job.submit_time * 1e-9)
+                eligible.append(QueuedJob(job, priority, self.pins.get(job.job_id)))
+        return eligible

@@ -1,0 +1,165 @@
+"""What Slurm does with the daemon's levers: one scheduling pass of slurmctld, emulated.
+
+The simulator's ``slurm`` action mode gives a policy exactly the levers it has live
+(priority order, required node lists, deferral) and lets this module start jobs the way
+slurmctld 22.05 with ``sched/backfill`` would:
+
+* eligible jobs are tried in priority order (ties: earlier submit first);
+* a job pinned to a node list (``ReqNodeList`` with exactly its node count) starts only there;
+  while it waits, its nodes are kept from lower-priority jobs, but the rest of the partition
+  goes on (``job_scheduler.c``: "don't block the entire queue/partition");
+* an unpinned job gets nodes by Slurm's own choice (first fit in node order);
+* the first unpinned job that cannot start gets an EASY reservation: the earliest time its
+  GPUs free up, planned with the running jobs' time limits. A lower-priority job may start
+  now only if its time limit ends before that reservation, or if it avoids the reserved nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from slurm_rl.agents.nodesets import place_in_order
+from slurm_rl.core import Cluster, Job, Placement, placement_fits_shape
+
+NO_LIMIT = float("inf")
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    job: Job
+    priority: float
+    pin: Placement | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunningShape:
+    """A running job as backfill sees it: when its limit ends and which GPUs it holds."""
+
+    limit_end: float
+    nodes: tuple[int, ...]
+    gpus: tuple[int, ...]
+
+
+@dataclass
+class _Reservation:
+    start: float
+    gpus_by_node: dict[int, int]
+
+
+def schedule_pass(
+    now: float,
+    queue: Sequence[QueuedJob],
+    free_gpus: list[int],
+    running: Sequence[RunningShape],
+    cluster: Cluster,
+) -> list[tuple[Job, Placement]]:
+    """Jobs to start now, in start order. ``free_gpus`` is updated in place."""
+    starts: list[tuple[Job, Placement]] = []
+    masked: set[int] = set()
+    reservation: _Reservation | None = None
+    natural_order = range(len(cluster.nodes))
+    for item in sorted(queue, key=lambda q: -q.priority):
+        if not any(free_gpus):
+            break
+        placement = _try(item, free_gpus, masked, cluster, natural_order)
+        if placement is not None and _respects(now, item.job, placement, reservation, cluster):
+            _take(placement, free_gpus, cluster)
+            starts.append((item.job, placement))
+            continue
+        if item.pin is not None:
+            masked.update(cluster.index(n) for n in item.pin.nodes)
+        elif reservation is None:
+            reservation = _reserve(now, item.job, free_gpus, running, cluster)
+        if placement is not None and reservation is not None:
+            avoiding = _avoid_reserved(item, free_gpus, masked, reservation, cluster)
+            if avoiding is not None:
+                _take(avoiding, free_gpus, cluster)
+                starts.append((item.job, avoiding))
+    return starts
+
+
+def _try(
+    item: QueuedJob,
+    free_gpus: Sequence[int],
+    masked: set[int],
+    cluster: Cluster,
+    order: Sequence[int],
+) -> Placement | None:
+    if item.pin is not None:
+        return _pinned_fits(item.pin, free_gpus, masked, cluster)
+    return place_in_order(item.job, cluster, free_gpus, (i for i in order if i not in masked))
+
+
+def _pinned_fits(
+    pin: Placement, free_gpus: Sequence[int], masked: set[int], cluster: Cluster
+) -> Placement | None:
+    for name, gpus in zip(pin.nodes, pin.gpus, strict=True):
+        index = cluster.index(name)
+        if index in masked or free_gpus[index] < gpus:
+            return None
+    return pin
+
+
+def _respects(
+    now: float, job: Job, placement: Placement, reservation: _Reservation | None, cluster: Cluster
+) -> bool:
+    """True when starting ``job`` on ``placement`` now cannot delay the reservation."""
+    if reservation is None:
+        return True
+    limit = job.time_limit if job.time_limit is not None else NO_LIMIT
+    if now + limit <= reservation.start:
+        return True
+    return not any(cluster.index(n) in reservation.gpus_by_node for n in placement.nodes)
+
+
+def _avoid_reserved(
+    item: QueuedJob,
+    free_gpus: Sequence[int],
+    masked: set[int],
+    reservation: _Reservation,
+    cluster: Cluster,
+) -> Placement | None:
+    """A placement outside the reserved nodes, for a job that would otherwise delay them."""
+    if item.pin is not None:
+        return None
+    blocked = masked | set(reservation.gpus_by_node)
+    order = [i for i in range(len(cluster.nodes)) if i not in blocked]
+    return place_in_order(item.job, cluster, free_gpus, order)
+
+
+def _reserve(
+    now: float,
+    job: Job,
+    free_gpus: Sequence[int],
+    running: Sequence[RunningShape],
+    cluster: Cluster,
+) -> _Reservation | None:
+    """The earliest time the job fits, releasing running jobs in order of their limit ends."""
+    future = list(free_gpus)
+    for shape in sorted(running, key=lambda r: r.limit_end):
+        if shape.limit_end == NO_LIMIT:
+            break
+        for node, gpus in zip(shape.nodes, shape.gpus, strict=True):
+            future[node] += gpus
+        placement = place_in_order(job, cluster, future, range(len(cluster.nodes)))
+        if placement is not None:
+            nodes = {cluster.index(n): g for n, g in zip(placement.nodes, placement.gpus, strict=True)}
+            return _Reservation(start=max(now, shape.limit_end), gpus_by_node=nodes)
+    return None
+
+
+def _take(placement: Placement, free_gpus: list[int], cluster: Cluster) -> None:
+    for name, gpus in zip(placement.nodes, placement.gpus, strict=True):
+        free_gpus[cluster.index(name)] -= gpus
+
+
+def valid_pin(job: Job, pin: Placement, cluster: Cluster) -> bool:
+    """A pin Slurm would accept: known nodes, the job's shape, its GPU type, within node size."""
+    if not placement_fits_shape(job, pin) or not all(cluster.has_node(n) for n in pin.nodes):
+        return False
+    nodes = [cluster.nodes[cluster.index(n)] for n in pin.nodes]
+    if any(g > node.gpus for g, node in zip(pin.gpus, nodes, strict=True)):
+        return False
+    wanted = job.gpu_type.lower() if job.gpu_type else None
+    return wanted is None or all(node.gpu_type.lower() == wanted for node in nodes)
