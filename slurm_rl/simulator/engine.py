@@ -109,6 +109,9 @@ class Simulation:
         self.timeline = Timeline()
         self.rejected_actions = 0
         self._total_gpus = cluster.total_gpus
+        self.job_seconds = 0.0  # ∫ jobs in the system dt: the sum of JCTs so far
+        self.fees_accrued = 0.0  # ∫ Σ_running GPUs × price dt, in currency units
+        self._fee_rate = 0.0
         self._schedule_fluctuation()
 
     # ----- the loop's two halves -------------------------------------------------------
@@ -118,7 +121,7 @@ class Simulation:
         while True:
             upcoming = self._next_event_time()
             if self._decision_at is not None and self._decision_at <= upcoming:
-                self.now = self._decision_at
+                self._advance_clock(self._decision_at)
                 self._decision_at = None
                 return self._snapshot()
             if upcoming == math.inf:
@@ -157,8 +160,19 @@ class Simulation:
         run = self._running.get(job_id)
         return run is None or run.version != version
 
-    def _process_events_at(self, t: float) -> None:
+    def peek(self) -> ClusterSnapshot:
+        """The snapshot now, without advancing time (several decisions at one instant)."""
+        return self._snapshot()
+
+    def _advance_clock(self, t: float) -> None:
+        elapsed = t - self.now
+        if elapsed > 0:
+            self.job_seconds += (len(self._pending) + len(self._running)) * elapsed
+            self.fees_accrued += self._fee_rate * elapsed
         self.now = t
+
+    def _process_events_at(self, t: float) -> None:
+        self._advance_clock(t)
         changed = self._admit_arrivals(t)
         while self._events and self._events[0][0] <= t:
             _, _, kind, payload = heapq.heappop(self._events)
@@ -216,6 +230,7 @@ class Simulation:
         nodes = tuple(self.cluster.index(n) for n in placement.nodes)
         for i, gpus in zip(nodes, placement.gpus, strict=True):
             self._free[i] -= gpus
+            self._fee_rate += gpus * self.cluster.nodes[i].price_per_gpu_hour / 3600.0
         del self._pending[job.job_id]
         self._slurm.forget(job.job_id)
         work = job.oracle_duration if job.oracle_duration is not None else 0.0
@@ -232,6 +247,7 @@ class Simulation:
         del self._running[run.job.job_id]
         for i, gpus in zip(run.nodes, run.gpus, strict=True):
             self._free[i] += gpus
+            self._fee_rate -= gpus * self.cluster.nodes[i].price_per_gpu_hour / 3600.0
             self._node_jobs[i].discard(run.job.job_id)
         placement = run.record.placement
         finished = FinishedJob(run.job, run.start, self.now, placement)

@@ -1,0 +1,49 @@
+# slurm-rl: `make demo` and `make test` are the two commands a fresh clone needs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# torch goes in first and on its own, so that nothing pulls a multi-GB CUDA build. Where no
+# CPU-only wheel is at hand, point pip at a CPU wheel index through PIP_TORCH_ARGS.
+TORCH_SPEC ?= torch==2.13.0
+PIP_TORCH_ARGS ?=
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv system-deps unit integration typecheck lint bench clean
+
+demo: $(STAMP)
+	$(VENV)/bin/slurm-rl simulate --report reports/demo
+
+test: $(STAMP) system-deps
+	$(PY) -m pytest -q
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(PIP_TORCH_ARGS) "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+# Debian packages the integration tests need (Slurm, munge); quick when already installed.
+system-deps:
+	bash scripts/install-slurm.sh
+
+unit: $(STAMP)
+	$(PY) -m pytest -q -m "not slurm"
+
+integration: $(STAMP) system-deps
+	$(PY) -m pytest -q -m slurm
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check slurm_rl tests benchmarks
+
+bench: $(STAMP)
+	$(PY) benchmarks/replay_philly.py
+
+clean:
+	rm -rf $(VENV) reports .pytest_cache .mypy_cache

@@ -1,0 +1,85 @@
+"""The ``slurm-rl`` command line."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from slurm_rl import __version__
+from slurm_rl.errors import SlurmRLError
+
+F = TypeVar("F", bound=Callable[..., Any])
+console = Console()
+err_console = Console(stderr=True)
+
+
+class FriendlyGroup(click.Group):
+    """Turns every expected error into one line on stderr and exit code 2 (never a traceback)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SlurmRLError as error:
+            err_console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
+            sys.exit(2)
+
+
+@click.group(cls=FriendlyGroup)
+@click.version_option(__version__, prog_name="slurm-rl")
+def main() -> None:
+    """slurm-rl: a learned ordering + placement scheduler for GPU jobs on Slurm."""
+
+
+@main.command()
+@click.option("--cluster", default="philly-hetero", show_default=True,
+              help="Cluster spec: a name under sim/clusters/ or a TOML path.")
+@click.option("--trace", "trace_name", default="synthetic", show_default=True,
+              help="'synthetic', a shared trace (philly, venus, pai2023, nasa) or a file path.")
+@click.option("--format", "trace_format", default=None,
+              help="Trace format when it cannot be detected (philly, helios, "
+                   "helios-venus-slice, pai2023, swf, csv).")
+@click.option("--window", "window_spec", default=None,
+              help="Submit-time window, e.g. 2017-10-01:2017-10-15 or 2017-10.")
+@click.option("--days", default=7.0, show_default=True, type=click.FloatRange(min=0.01),
+              help="Length of the synthetic workload.")
+@click.option("--policies", default=None,
+              help="Comma-separated ordering+placement names; default: all baselines.")
+@click.option("--mode", type=click.Choice(["direct", "slurm"]), default="slurm",
+              show_default=True, help="direct: the policy starts jobs; slurm: only Slurm's levers.")
+@click.option("--cycle", "cycle_s", default=10.0, show_default=True,
+              type=click.FloatRange(min=0.0), help="Seconds between decisions.")
+@click.option("--no-fluctuation", is_flag=True, help="Machines keep their nominal speed.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--skip-bad-rows", is_flag=True, help="Skip (and count) bad trace rows.")
+@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help="Write report.md, plots and results.json here.")
+@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+@click.option("--workers", default=None, type=click.IntRange(min=1),
+              help="Parallel replays (default: number of cores).")
+def simulate(**options: Any) -> None:
+    """Replay a trace on a simulated cluster with several policies and compare them."""
+    from slurm_rl.simulate_command import run_simulate
+
+    run_simulate(console, **options)
+
+
+def _register_optional_groups() -> None:
+    """Subcommands that live with their subsystem (Slurm dev cluster, daemon, ...)."""
+    try:
+        from slurm_rl.slurm.cli import devcluster_group
+    except ImportError:
+        return
+    main.add_command(devcluster_group, "devcluster")
+
+
+_register_optional_groups()
+
+if __name__ == "__main__":  # pragma: no cover
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

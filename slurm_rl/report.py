@@ -1,0 +1,178 @@
+"""Comparison tables and reports (Markdown + PNG plots) for replays of one scenario."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from slurm_rl.metrics import fees_by_gpu_type  # noqa: E402
+from slurm_rl.scenario import ReplayResult, Scenario  # noqa: E402
+
+HOUR = 3600.0
+COLUMNS = (
+    ("policy", "policy"),
+    ("avg JCT h", "avg_jct_s"),
+    ("p50 h", "p50_jct_s"),
+    ("p95 h", "p95_jct_s"),
+    ("p99 h", "p99_jct_s"),
+    ("avg queue h", "avg_queueing_s"),
+    ("bounded slowdown", "avg_bounded_slowdown"),
+    ("makespan h", "makespan_s"),
+    ("GPU util", "gpu_utilisation"),
+    ("fees $", "total_fees"),
+    ("JCT/LB", "lb_ratio"),
+)
+
+
+def result_rows(results: Sequence[ReplayResult]) -> list[dict[str, str]]:
+    return [_row(r) for r in results]
+
+
+def _row(result: ReplayResult) -> dict[str, str]:
+    m = result.metrics
+    hours = lambda s: f"{s / HOUR:.2f}"  # noqa: E731
+    return {
+        "policy": result.policy_id,
+        "avg_jct_s": hours(m.avg_jct_s),
+        "p50_jct_s": hours(m.p50_jct_s),
+        "p95_jct_s": hours(m.p95_jct_s),
+        "p99_jct_s": hours(m.p99_jct_s),
+        "avg_queueing_s": hours(m.avg_queueing_s),
+        "avg_bounded_slowdown": f"{m.avg_bounded_slowdown:.2f}",
+        "makespan_s": hours(m.makespan_s),
+        "gpu_utilisation": f"{m.gpu_utilisation:.1%}",
+        "total_fees": f"{m.total_fees:,.0f}",
+        "lb_ratio": f"{m.avg_jct_s / m.jct_lower_bound_s:.2f}",
+    }
+
+
+def print_table(results: Sequence[ReplayResult], scenario: Scenario, console: Console) -> None:
+    table = Table(title=scenario_title(scenario, results))
+    for header, _ in COLUMNS:
+        table.add_column(header, justify="left" if header == "policy" else "right")
+    for row in result_rows(results):
+        table.add_row(*(row[key] for _, key in COLUMNS))
+    console.print(table)
+    lower_bound = results[0].metrics.jct_lower_bound_s / HOUR if results else 0.0
+    console.print(f"avg JCT lower bound: {lower_bound:.2f} h (every job starts at submit on the "
+                  "fastest GPUs it can use)")
+
+
+def scenario_title(scenario: Scenario, results: Sequence[ReplayResult]) -> str:
+    jobs = results[0].metrics.jobs if results else 0
+    label = " (synthetic)" if scenario.trace.synthetic else ""
+    return (f"{scenario.trace.name}{label} on {scenario.cluster.name}: {jobs} jobs, "
+            f"{scenario.sim.mode} mode")
+
+
+def as_json(results: Sequence[ReplayResult], scenario: Scenario) -> str:
+    payload = {
+        "scenario": {
+            "trace": scenario.trace.name,
+            "synthetic": scenario.trace.synthetic,
+            "trace_source": scenario.trace.source,
+            "cluster": scenario.cluster.name,
+            "mode": scenario.sim.mode,
+            "fluctuation": scenario.fluctuation,
+        },
+        "results": [
+            {"policy": r.policy_id, **r.metrics.as_dict(), "wall_s": r.wall_s,
+             "cycles": r.cycles, "unschedulable_jobs": r.unschedulable_jobs,
+             "rejected_actions": r.rejected_actions}
+            for r in results
+        ],
+    }
+    return json.dumps(payload, indent=2)
+
+
+def write_report(results: Sequence[ReplayResult], scenario: Scenario, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    plots = {
+        "jct_cdf.png": _plot_jct_cdf,
+        "queue_length.png": _plot_queue,
+        "gpu_utilisation.png": _plot_utilisation,
+        "fees_by_gpu_type.png": _plot_fees,
+    }
+    for filename, plot in plots.items():
+        figure = plot(results, scenario)
+        figure.savefig(directory / filename, dpi=110, bbox_inches="tight")
+        plt.close(figure)
+    (directory / "results.json").write_text(as_json(results, scenario) + "\n")
+    path = directory / "report.md"
+    path.write_text(_markdown(results, scenario, list(plots)))
+    return path
+
+
+def _markdown(results: Sequence[ReplayResult], scenario: Scenario, plots: list[str]) -> str:
+    lines = [f"# {scenario_title(scenario, results)}", "", f"Trace: {scenario.trace.source}", ""]
+    lines += ["| " + " | ".join(h for h, _ in COLUMNS) + " |",
+              "|" + "---|" * len(COLUMNS)]
+    for row in result_rows(results):
+        lines.append("| " + " | ".join(row[key] for _, key in COLUMNS) + " |")
+    lower_bound = results[0].metrics.jct_lower_bound_s / HOUR if results else 0.0
+    lines += ["", f"avg JCT lower bound: **{lower_bound:.2f} h** — every job starting at submit "
+              "on the fastest GPUs it can use, alone, consolidated, on healthy machines. "
+              "JCT/LB is each policy's avg JCT over it.", ""]
+    lines += [f"![{name}]({name})" for name in plots]
+    return "\n".join(lines) + "\n"
+
+
+def _plot_jct_cdf(results: Sequence[ReplayResult], scenario: Scenario) -> plt.Figure:
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for result in results:
+        jct = np.sort([o.jct / HOUR for o in result.outcomes])
+        axis.plot(jct, np.arange(1, len(jct) + 1) / len(jct), label=result.policy_id)
+    axis.set(xscale="log", xlabel="JCT (hours)", ylabel="fraction of jobs", title="JCT CDF")
+    axis.legend(fontsize=7)
+    return figure
+
+
+def _plot_queue(results: Sequence[ReplayResult], scenario: Scenario) -> plt.Figure:
+    figure, axis = plt.subplots(figsize=(8, 4))
+    for result in results:
+        t = _days(result.timeline.times)
+        axis.step(t, result.timeline.queue_length, where="post", label=result.policy_id, lw=0.8)
+    axis.set(xlabel="days", ylabel="pending jobs", title="Queue length")
+    axis.legend(fontsize=7)
+    return figure
+
+
+def _plot_utilisation(results: Sequence[ReplayResult], scenario: Scenario) -> plt.Figure:
+    figure, axis = plt.subplots(figsize=(8, 4))
+    total = scenario.cluster.total_gpus
+    for result in results:
+        t = _days(result.timeline.times)
+        busy = np.asarray(result.timeline.busy_gpus) / total
+        axis.step(t, busy, where="post", label=result.policy_id, lw=0.8)
+    axis.set(xlabel="days", ylabel="busy GPUs (share)", title="GPU utilisation", ylim=(0, 1.05))
+    axis.legend(fontsize=7)
+    return figure
+
+
+def _plot_fees(results: Sequence[ReplayResult], scenario: Scenario) -> plt.Figure:
+    prices = {n.gpu_type: n.price_per_gpu_hour for n in scenario.cluster.nodes}
+    types = sorted(prices)
+    figure, axis = plt.subplots(figsize=(8, 4))
+    width = 0.8 / max(1, len(results))
+    for k, result in enumerate(results):
+        fees = fees_by_gpu_type(result.outcomes, prices)
+        xs = np.arange(len(types)) + k * width
+        axis.bar(xs, [fees.get(t, 0.0) for t in types], width, label=result.policy_id)
+    axis.set_xticks(np.arange(len(types)) + 0.4 - width / 2, types)
+    axis.set(ylabel="fees ($)", title="Fees by GPU type")
+    axis.legend(fontsize=7)
+    return figure
+
+
+def _days(times: Sequence[float]) -> np.ndarray:
+    array = np.asarray(times, dtype=float)
+    return (array - array[0]) / 86400.0 if len(array) else array

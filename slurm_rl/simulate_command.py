@@ -1,0 +1,127 @@
+"""``slurm-rl simulate``: one scenario, several policies, a comparison table and a report."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from slurm_rl.agents.registry import baseline_names, make_scheduler
+from slurm_rl.errors import InputError
+from slurm_rl.report import as_json, print_table, write_report
+from slurm_rl.scenario import ReplayResult, Scenario, replay
+from slurm_rl.simulator.cluster_spec import load_cluster_spec
+from slurm_rl.simulator.engine import SimConfig
+from slurm_rl.simulator.perfmodel import PerformanceModel
+from slurm_rl.workloads import open_workload
+
+_progress_counter: Any = None  # a shared counter of finished decision cycles, set per worker
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    name: str
+    seed: int
+
+
+def build_scenario(options: dict[str, Any]) -> Scenario:
+    spec = load_cluster_spec(options["cluster"])
+    trace = open_workload(
+        options["trace_name"],
+        window_spec=options["window_spec"],
+        days=options["days"],
+        seed=options["seed"],
+        fmt=options["trace_format"],
+        skip_bad_rows=options["skip_bad_rows"],
+    )
+    config = SimConfig(mode=options["mode"], cycle_s=options["cycle_s"], seed=options["seed"])
+    return Scenario(spec=spec, trace=trace, sim=config, fluctuation=not options["no_fluctuation"])
+
+
+def policy_names(text: str | None) -> list[str]:
+    if text is None:
+        return baseline_names()
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise InputError("--policies names no policy")
+    return names
+
+
+def gpu_speed_table() -> dict[str, float]:
+    return PerformanceModel.default().datasheet_speeds()
+
+
+def run_simulate(console: Console, **options: Any) -> list[ReplayResult]:
+    scenario = build_scenario(options)
+    names = policy_names(options["policies"])
+    speeds = gpu_speed_table()
+    for name in names:  # fail on a bad name before spending any time
+        make_scheduler(name, speeds, seed=options["seed"])
+    if scenario.trace.skipped:
+        skipped = ", ".join(f"{n} {reason}" for reason, n in scenario.trace.skipped.items())
+        console.print(f"skipped trace rows: {skipped}", highlight=False)
+    runs = [PolicyRun(name, options["seed"]) for name in names]
+    results = replay_all(scenario, runs, options["workers"], quiet=options["as_json"])
+    _emit(console, results, scenario, options)
+    return results
+
+
+def _emit(console: Console, results: list[ReplayResult], scenario: Scenario,
+          options: dict[str, Any]) -> None:
+    if options["as_json"]:
+        print(as_json(results, scenario))
+    else:
+        print_table(results, scenario, console)
+    report_dir: Path | None = options["report_dir"]
+    if report_dir is not None:
+        path = write_report(results, scenario, report_dir)
+        if not options["as_json"]:
+            console.print(f"report: {path}")
+
+
+def replay_all(
+    scenario: Scenario, runs: Sequence[PolicyRun], workers: int | None, *, quiet: bool = False
+) -> list[ReplayResult]:
+    """Replays in parallel processes, with one progress bar over all decision cycles."""
+    workers = min(len(runs), workers or os.cpu_count() or 1)
+    context = multiprocessing.get_context("fork")
+    counter = context.Value("q", 0)
+    with ProcessPoolExecutor(workers, context, _init_worker, (counter,)) as pool:
+        futures = [pool.submit(_replay_one, scenario, run) for run in runs]
+        _show_progress(futures, counter, scenario, len(runs), quiet)
+        return [future.result() for future in futures]
+
+
+def _init_worker(counter: Any) -> None:
+    global _progress_counter
+    _progress_counter = counter
+
+
+def _tick() -> None:
+    with _progress_counter.get_lock():
+        _progress_counter.value += 1
+
+
+def _replay_one(scenario: Scenario, run: PolicyRun) -> ReplayResult:
+    scheduler = make_scheduler(run.name, gpu_speed_table(), seed=run.seed)
+    return replay(scenario, scheduler, policy_id=run.name, on_cycle=_tick)
+
+
+def _show_progress(futures: list[Future[ReplayResult]], counter: Any, scenario: Scenario,
+                   runs: int, quiet: bool) -> None:
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[done]}"),
+               TimeElapsedColumn())
+    with Progress(*columns, disable=quiet, transient=True) as progress:
+        task = progress.add_task(f"replaying {runs} policies", total=runs, done="")
+        while not all(f.done() for f in futures):
+            finished = sum(f.done() for f in futures)
+            progress.update(task, completed=finished, done=f"{counter.value:,} decisions")
+            time.sleep(0.2)
