@@ -60,6 +60,7 @@ class ReplayResult:
     cycles: int
     unschedulable_jobs: int
     rejected_actions: int
+    unfinished_jobs: int
 
 
 def build_simulation(scenario: Scenario, perf: PerformanceModel | None = None) -> Simulation:
@@ -93,6 +94,7 @@ def replay(
         cycles=cycles,
         unschedulable_jobs=scenario.runnable_jobs()[1],
         rejected_actions=simulation.rejected_actions,
+        unfinished_jobs=simulation.unfinished_jobs,
     )
 
 

@@ -4,7 +4,7 @@ A policy supplies an order of preference over nodes; these functions turn it int
 placement that honours the job's shape (``num_nodes``, ``gpus_per_node``) and GPU-type
 constraint. A job with a free shape goes on one node when one node can hold it, and is
 otherwise spread over as few nodes of one GPU type as possible: a gang runs at the pace of its
-slowest member, so mixing GPU types only slows it down.
+slowest member, so GPU types are mixed only when no single type has room.
 """
 
 from __future__ import annotations
@@ -60,7 +60,9 @@ def _spread_one_type(
         chosen = _fill(job.num_gpus, sorted(nodes, key=lambda i: -free_gpus[i]), free_gpus)
         if chosen is not None:
             return _make(cluster, chosen)
-    return None
+    # No single type has room: mix types, as Slurm would for a job with no type constraint.
+    chosen = _fill(job.num_gpus, sorted(candidates, key=lambda i: -free_gpus[i]), free_gpus)
+    return _make(cluster, chosen) if chosen is not None and len(by_type) > 1 else None
 
 
 def _fill(need: int, nodes: list[int], free_gpus: Sequence[int]) -> list[tuple[int, int]] | None:

@@ -17,7 +17,7 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -32,13 +32,15 @@ from slurm_rl.core import (
     RunningJob,
     SpeedObservation,
 )
-from slurm_rl.simulator.fluctuation import MachineFluctuation
 from slurm_rl.simulator.outcomes import JobOutcome, Timeline
 from slurm_rl.simulator.slurm_emulation import QueuedJob, RunningShape, schedule_pass, valid_pin
 from slurm_rl.simulator.speed import SpeedModel
 
+if TYPE_CHECKING:
+    from slurm_rl.simulator.fluctuation import MachineFluctuation
+
 ActionMode = Literal["direct", "slurm"]
-_FINISH, _STEP, _EXPIRE = 0, 1, 2
+_FINISH, _STEP, _EXPIRE, _TICK = 0, 1, 2, 3
 _RANKED_PRIORITY = 1_000_000.0
 
 
@@ -136,6 +138,11 @@ class Simulation:
         self._record_timeline()
 
     @property
+    def unfinished_jobs(self) -> int:
+        """Jobs still waiting or running: non-zero after a replay means a policy stranded them."""
+        return len(self._pending) + len(self._running)
+
+    @property
     def done(self) -> bool:
         return self._next_arrival >= len(self._arrivals) and not self._pending and not self._running
 
@@ -194,7 +201,7 @@ class Simulation:
         if kind == _STEP:
             self._fluctuation_step()
             return False
-        return True  # a deferral ran out: Slurm may start the job now
+        return True  # a deferral ran out (Slurm may start it) or a held job is due a look
 
     def _admit_arrivals(self, t: float) -> bool:
         admitted = False
@@ -383,12 +390,18 @@ class Simulation:
             self.rejected_actions += 1
 
     def _hold_unranked(self) -> None:
-        cap = self.config.hold_cap_s
+        """Extend the deferral of jobs the decision holds back, as the daemon does live: by two
+        review periods, never past the cap, with a review before it can lapse."""
+        cap, review = self.config.hold_cap_s, max(self.config.cycle_s, 60.0)
+        held = False
         for job_id, job in self._pending.items():
             if job_id not in self._slurm.released and self.now < job.submit_time + cap:
-                until = min(self._align(self.now + 1e-6) + self.config.cycle_s, job.submit_time + cap)
+                until = min(self.now + 2 * review, job.submit_time + cap)
                 if self._slurm.eligible_at.get(job_id, 0.0) < until:
                     self._defer(job_id, until)
+                held = True
+        if held:
+            self._push(self.now + review, _TICK, None)
 
     def _defer(self, job_id: JobId, until: float) -> None:
         self._slurm.eligible_at[job_id] = until

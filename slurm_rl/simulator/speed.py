@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from slurm_rl.core import Cluster, Job
-from slurm_rl.simulator.fluctuation import MachineFluctuation
-from slurm_rl.simulator.perfmodel import PerformanceModel
+
+if TYPE_CHECKING:
+    from slurm_rl.simulator.fluctuation import MachineFluctuation
+    from slurm_rl.simulator.perfmodel import PerformanceModel
 
 
 @dataclass(frozen=True)
