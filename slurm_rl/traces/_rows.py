@@ -1,0 +1,311 @@
+"""Reading trace files row by row, with every problem reported as one ``file:line`` message.
+
+Files are read as UTF-8, gzip-compressed or plain (told apart by the gzip magic bytes, not by
+the name). Blank lines are not rows. Field parsers raise :class:`RowError`; a
+:class:`TraceBuilder` turns it into an :class:`InputError` naming file, line and column, or —
+with ``skip_bad_rows`` — counts the row as skipped under the error's reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import math
+import zlib
+from collections import Counter
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import BinaryIO
+
+from slurm_rl.core import Job
+from slurm_rl.errors import InputError
+from slurm_rl.traces.families import KNOWN_GPU_TYPES, canonical_gpu_type
+from slurm_rl.traces.model import Trace, naive_to_clock, sorted_jobs
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class RowError(Exception):
+    """One bad field: ``reason`` is the short key it is counted under when rows are skipped."""
+
+    def __init__(self, reason: str, message: str, column: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.column = column
+
+
+class SkipRow(Exception):
+    """A row that is valid but is not a GPU job to replay (e.g. a CPU-only pod)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _open_binary(path: Path) -> BinaryIO:
+    try:
+        with open(path, "rb") as probe:
+            compressed = probe.read(2) == _GZIP_MAGIC
+        if compressed:
+            return gzip.open(path, "rb")  # type: ignore[return-value]
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise InputError("no such file", path=path) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, not a trace file", path=path) from None
+    except OSError as error:
+        raise InputError(f"cannot open: {error.strerror or error}", path=path) from None
+
+
+class NumberedLines:
+    """The text lines of a trace file; ``line`` is the number of the line last read (1-based)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.line = 0
+
+    def __iter__(self) -> Iterator[str]:
+        return self.texts()
+
+    def texts(self) -> Generator[str, None, None]:
+        with _open_binary(self.path) as handle:
+            yield from self._decoded(handle)
+
+    def _decoded(self, handle: BinaryIO) -> Iterator[str]:
+        try:
+            for raw in handle:
+                self.line += 1
+                yield self._decode(raw)
+        except EOFError:
+            raise self.error("the compressed data ends early (truncated gzip file)") from None
+        except (gzip.BadGzipFile, zlib.error) as error:
+            raise self.error(f"corrupt gzip data ({error})") from None
+
+    def _decode(self, raw: bytes) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise self.error(f"not UTF-8 text (byte {error.start + 1})", line=self.line) from None
+
+    def error(self, message: str, line: int | None = None) -> InputError:
+        return InputError(message, path=self.path, line=line if line else self.line + 1)
+
+
+def content_lines(lines: NumberedLines, comments: list[str], comment_mark: str) -> Iterator[str]:
+    """The lines that are neither blank nor comments; comment texts are appended to ``comments``."""
+    for text in lines:
+        if text.startswith(comment_mark):
+            comments.append(text[len(comment_mark) :].strip())
+        elif text and not text.isspace():
+            yield text
+
+
+class CsvTable:
+    """A CSV trace file: ``#`` comment lines, a header line, then rows."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.lines = NumberedLines(path)
+        self.path = self.lines.path
+        self.comments: list[str] = []
+        self._reader = csv.reader(content_lines(self.lines, self.comments, "#"))
+        header = self._next_row()
+        if header is None:
+            raise InputError("the file is empty (no header line)", path=self.path, line=1)
+        self.header = [name.strip().lstrip("\ufeff") for name in header]
+        self.header_line = self.lines.line
+
+    def _next_row(self) -> list[str] | None:
+        try:
+            return next(self._reader)
+        except StopIteration:
+            return None
+        except csv.Error as error:
+            raise InputError(
+                f"malformed CSV ({error})", path=self.path, line=self.lines.line
+            ) from None
+
+    def require(self, names: Iterable[str]) -> dict[str, int]:
+        """The index of each named column; a missing one is an error on the header line."""
+        return {name: self.column(name, required=True) for name in names}
+
+    def column(self, name: str, *, required: bool = False) -> int:
+        """The index of column ``name``, or -1 when the file has no such (optional) column."""
+        if name in self.header:
+            return self.header.index(name)
+        if not required:
+            return -1
+        raise InputError(
+            f"missing column {name!r} (the header has: {', '.join(self.header)})",
+            path=self.path,
+            line=self.header_line,
+            column=name,
+        )
+
+    def rows(self) -> Iterator[tuple[int, list[str]]]:
+        """(line number, fields) for each row after the header."""
+        while (fields := self._next_row()) is not None:
+            yield self.lines.line, fields
+
+
+class TraceBuilder:
+    """Collects the jobs of one file and the rows skipped, by reason."""
+
+    def __init__(self, path: Path, skip_bad_rows: bool) -> None:
+        self.path = path
+        self.skip_bad_rows = skip_bad_rows
+        self.jobs: list[Job] = []
+        self.skipped: Counter[str] = Counter()
+        self._line_of: dict[str, int] = {}
+
+    def add(self, job: Job, line: int) -> None:
+        first = self._line_of.setdefault(job.job_id, line)
+        if first != line:
+            message = f"duplicate job id {job.job_id!r} (first on line {first})"
+            self.bad_row(RowError("duplicate job id", message, "job_id"), line)
+            return
+        self.jobs.append(job)
+
+    def bad_row(self, error: RowError, line: int) -> None:
+        if not self.skip_bad_rows:
+            raise InputError(error.message, path=self.path, line=line, column=error.column)
+        self.skipped[error.reason] += 1
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] += 1
+
+    def finish(self, name: str, reference_gpu: str, source: str) -> Trace:
+        if not self.jobs:
+            raise InputError(self._why_empty(), path=self.path)
+        jobs = sorted_jobs(self.jobs)
+        return Trace(name, jobs, reference_gpu, source, skipped=dict(self.skipped))
+
+    def _why_empty(self) -> str:
+        if not self.skipped:
+            return "the trace has no jobs (no rows after the header)"
+        reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(self.skipped.items()))
+        return f"the trace has no jobs: all {self.skipped.total()} rows were skipped ({reasons})"
+
+
+JobMaker = Callable[[list[str], int], Job]
+"""Makes the job of one row from its fields and line number; raises RowError or SkipRow."""
+
+
+def collect_rows(table: CsvTable, make_job: JobMaker, skip_bad_rows: bool) -> TraceBuilder:
+    """Every row of ``table`` as a job, a bad row or a skipped row."""
+    builder = TraceBuilder(table.path, skip_bad_rows)
+    width = len(table.header)
+    for line, fields in table.rows():
+        try:
+            if len(fields) != width:
+                check_width(fields, table.header)
+            job = make_job(fields, line)
+        except RowError as error:
+            builder.bad_row(error, line)
+        except SkipRow as skip:
+            builder.skip(skip.reason)
+        else:
+            builder.add(job, line)
+    return builder
+
+
+def check_width(fields: Sequence[str], header: Sequence[str]) -> None:
+    """A row must have as many fields as the header; a short last row is a truncated file."""
+    if len(fields) < len(header):
+        missing = header[len(fields)]
+        message = f"row has {len(fields)} of {len(header)} fields (truncated row?)"
+        raise RowError("missing fields", message, missing)
+    if len(fields) > len(header):
+        message = f"row has {len(fields)} fields but the header has {len(header)}"
+        raise RowError("extra fields", message, None)
+
+
+def parse_number(text: str, column: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise RowError(f"non-numeric {what}", f"{what} is not a number: {text!r}", column) from None
+    if not math.isfinite(value):
+        raise RowError(f"non-numeric {what}", f"{what} is not finite: {text!r}", column)
+    return value
+
+
+def parse_duration(text: str, column: str) -> float:
+    value = parse_number(text, column, "duration")
+    if value < 0:
+        raise RowError("negative duration", f"negative duration: {text}", column)
+    return value
+
+
+def parse_count(text: str, column: str, what: str) -> int:
+    """A whole number such as ``8`` or ``8.0``."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    value = parse_number(text, column, what)
+    if not value.is_integer():
+        raise RowError(f"non-numeric {what}", f"{what} is not a whole number: {text!r}", column)
+    return int(value)
+
+
+def parse_gpu_count(text: str, column: str) -> int:
+    """A GPU count of a GPU job: a whole number >= 1."""
+    count = parse_count(text, column, "GPU count")
+    if count <= 0:
+        raise RowError("GPU count <= 0", f"GPU count must be at least 1, got {text}", column)
+    return count
+
+
+def parse_positive_count(text: str, column: str, what: str) -> int:
+    count = parse_count(text, column, what)
+    if count <= 0:
+        raise RowError(f"{what} <= 0", f"{what} must be at least 1, got {text}", column)
+    return count
+
+
+def parse_clock_time(text: str, column: str) -> float:
+    """A ``YYYY-MM-DD HH:MM:SS`` (ISO 8601) time: naive means the trace clock (read as UTC)."""
+    try:
+        return naive_to_clock(datetime.fromisoformat(text))
+    except ValueError:
+        message = f"unparsable timestamp {text!r} (expected YYYY-MM-DD HH:MM:SS)"
+        raise RowError("unparsable timestamp", message, column) from None
+
+
+def parse_seconds(text: str, column: str) -> float:
+    """A time given as a number of seconds (from the epoch or from the trace start)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        message = f"unparsable timestamp {text!r} (expected a number of seconds)"
+        raise RowError("unparsable timestamp", message, column)
+    return value
+
+
+def parse_time_or_epoch(text: str, column: str) -> float:
+    """Epoch seconds, or an ISO 8601 time (naive = trace clock, with an offset = converted)."""
+    try:
+        float(text)
+    except ValueError:
+        return parse_clock_time(text, column)
+    return parse_seconds(text, column)
+
+
+def parse_gpu_type(text: str, column: str) -> str:
+    name = canonical_gpu_type(text)
+    if name is None:
+        known = ", ".join(KNOWN_GPU_TYPES)
+        raise RowError("unknown GPU type", f"unknown GPU type {text!r} (known: {known})", column)
+    return name
+
+
+def trace_name(path: Path) -> str:
+    """The file name without ``.gz`` and a data extension: ``philly_pollux_jobs``."""
+    name = path.name
+    for suffix in (".gz", ".csv", ".swf", ".txt"):
+        name = name.removesuffix(suffix)
+    return name

@@ -1,0 +1,129 @@
+"""slurm-rl's own CSV trace schema (documented in docs/traces.md).
+
+Required columns ``job_id,submit_time,num_gpus,duration``; optional ``user,partition,num_nodes,
+gpus_per_node,gpu_type,time_limit,model_family``, in any order. Any other column is an error
+(a misspelt optional column would otherwise be ignored silently). An empty optional field
+means "not given": ``time_limit`` and ``model_family`` are then modelled
+(:mod:`slurm_rl.traces.families`). A comment line ``# reference_gpu: A100`` before the header
+names the GPU the durations were measured on (default V100).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+from slurm_rl.core import Job
+from slurm_rl.errors import InputError
+from slurm_rl.traces._rows import (
+    CsvTable,
+    RowError,
+    collect_rows,
+    parse_duration,
+    parse_gpu_count,
+    parse_gpu_type,
+    parse_number,
+    parse_positive_count,
+    parse_time_or_epoch,
+    trace_name,
+)
+from slurm_rl.traces.families import FAMILIES, canonical_gpu_type, trace_job
+from slurm_rl.traces.model import Trace
+
+REQUIRED_COLUMNS = ("job_id", "submit_time", "num_gpus", "duration")
+OPTIONAL_COLUMNS = (
+    "user",
+    "partition",
+    "num_nodes",
+    "gpus_per_node",
+    "gpu_type",
+    "time_limit",
+    "model_family",
+)
+DEFAULT_REFERENCE_GPU = "V100"
+_REFERENCE_GPU_KEY = "reference_gpu"
+
+
+def read_schema_csv(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
+    table = CsvTable(path)
+    columns = table.require(REQUIRED_COLUMNS)
+    columns.update({name: table.column(name) for name in OPTIONAL_COLUMNS})
+    _reject_unknown_columns(table)
+    reference_gpu = _reference_gpu(table)
+    builder = collect_rows(table, partial(_schema_job, columns), skip_bad_rows)
+    source = f"slurm-rl CSV trace {table.path}"
+    return builder.finish(trace_name(table.path), reference_gpu, source)
+
+
+def _reject_unknown_columns(table: CsvTable) -> None:
+    known = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
+    for name in table.header:
+        if name not in known:
+            message = f"unknown column {name!r} (known: {', '.join(known)})"
+            raise InputError(message, path=table.path, line=table.header_line, column=name)
+
+
+def _reference_gpu(table: CsvTable) -> str:
+    for comment in table.comments:
+        key, colon, value = comment.partition(":")
+        if colon and key.strip() == _REFERENCE_GPU_KEY:
+            name = canonical_gpu_type(value)
+            if name is None:
+                message = f"unknown reference GPU type {value.strip()!r} in '# reference_gpu:'"
+                raise InputError(message, path=table.path, line=table.header_line)
+            return name
+    return DEFAULT_REFERENCE_GPU
+
+
+def _schema_job(columns: dict[str, int], fields: list[str], line: int) -> Job:
+    def optional(name: str) -> str:
+        index = columns[name]
+        return fields[index].strip() if index >= 0 else ""
+
+    job_id = fields[columns["job_id"]].strip()
+    if not job_id:
+        raise RowError("empty job id", "empty job id", "job_id")
+    num_gpus = parse_gpu_count(fields[columns["num_gpus"]], "num_gpus")
+    num_nodes, gpus_per_node = _shape(num_gpus, optional("num_nodes"), optional("gpus_per_node"))
+    return trace_job(
+        job_id=job_id,
+        submit_time=parse_time_or_epoch(fields[columns["submit_time"]].strip(), "submit_time"),
+        num_gpus=num_gpus,
+        duration=parse_duration(fields[columns["duration"]], "duration"),
+        user=optional("user"),
+        partition=optional("partition"),
+        num_nodes=num_nodes,
+        gpus_per_node=gpus_per_node,
+        gpu_type=parse_gpu_type(optional("gpu_type"), "gpu_type") if optional("gpu_type") else None,
+        time_limit=_time_limit(optional("time_limit")),
+        model_family=_model_family(optional("model_family")),
+    )
+
+
+def _shape(num_gpus: int, nodes_text: str, per_node_text: str) -> tuple[int | None, int | None]:
+    nodes = parse_positive_count(nodes_text, "num_nodes", "node count") if nodes_text else None
+    per_node = (
+        parse_positive_count(per_node_text, "gpus_per_node", "GPUs per node")
+        if per_node_text
+        else None
+    )
+    if nodes is not None and per_node is not None and nodes * per_node != num_gpus:
+        message = f"num_nodes x gpus_per_node = {nodes * per_node}, but num_gpus = {num_gpus}"
+        raise RowError("inconsistent shape", message, "gpus_per_node")
+    return nodes, per_node
+
+
+def _time_limit(text: str) -> float | None:
+    if not text:
+        return None
+    value = parse_number(text, "time_limit", "time limit")
+    if value <= 0:
+        raise RowError("time limit <= 0", f"time limit must be positive, got {text}", "time_limit")
+    return value
+
+
+def _model_family(text: str) -> str:
+    if text and text not in FAMILIES:
+        message = f"unknown model family {text!r} (known: {', '.join(FAMILIES)})"
+        raise RowError("unknown model family", message, "model_family")
+    return text

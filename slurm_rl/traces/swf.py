@@ -1,0 +1,198 @@
+"""The Standard Workload Format (SWF v2.2) of the Parallel Workloads Archive.
+
+``;`` header comments (``UnixStartTime``, ``TimeZoneString``, ...), then 18 whitespace-separated
+numeric fields per job, -1 meaning unknown: 1 job number, 2 submit time (s after
+UnixStartTime), 3 wait, 4 run time, 5 allocated processors, 6 CPU time, 7 memory,
+8 requested processors, 9 requested time, 10 requested memory, 11 status, 12 user, 13 group,
+14 executable, 15 queue, 16 partition, 17 preceding job, 18 think time.
+
+SWF logs come from CPU machines; we replay each processor as one GPU (allocated processors,
+else requested ones) and the run time as the duration on the reference GPU. Field 9 becomes the
+time limit when it is positive, otherwise the limit is modelled. Submit times are converted to
+the log's local wall clock (``TimeZoneString``, else the fixed ``TimeZone`` shift), read as UTC
+like every trace clock here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from slurm_rl.core import Job
+from slurm_rl.errors import InputError
+from slurm_rl.traces._rows import (
+    NumberedLines,
+    RowError,
+    TraceBuilder,
+    check_width,
+    content_lines,
+    parse_count,
+    parse_duration,
+    parse_number,
+    trace_name,
+)
+from slurm_rl.traces.families import trace_job
+from slurm_rl.traces.model import Trace
+
+# SWF logs are CPU logs: there is no measured GPU. We take Philly's reference so that an SWF
+# log replays on the same speed scale as the Philly trace; docs/traces.md says it is arbitrary.
+SWF_REFERENCE_GPU = "V100"
+SWF_SOURCE = "Parallel Workloads Archive (D. Feitelson), SWF log"
+SWF_FIELDS = (
+    "job_number",
+    "submit_time",
+    "wait_time",
+    "run_time",
+    "allocated_processors",
+    "average_cpu_time",
+    "used_memory",
+    "requested_processors",
+    "requested_time",
+    "requested_memory",
+    "status",
+    "user_id",
+    "group_id",
+    "executable_id",
+    "queue",
+    "partition",
+    "preceding_job",
+    "think_time",
+)
+_FIELD = {name: index for index, name in enumerate(SWF_FIELDS)}
+
+Clock = Callable[[float], float]
+
+
+def read_swf(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
+    lines = NumberedLines(path)
+    comments: list[str] = []
+    builder = TraceBuilder(lines.path, skip_bad_rows)
+    rows = _numbered_rows(lines, comments)
+    first = next(rows, None)
+    header = _header_fields(comments)
+    clock = _local_clock(header, lines.path)
+    for line, fields in _chain(first, rows):
+        try:
+            job = _swf_job(fields, clock)
+        except RowError as error:
+            builder.bad_row(error, line)
+        else:
+            builder.add(job, line)
+    return builder.finish(trace_name(lines.path), SWF_REFERENCE_GPU, _source(header, lines.path))
+
+
+def _numbered_rows(lines: NumberedLines, comments: list[str]) -> Iterator[tuple[int, list[str]]]:
+    for text in content_lines(lines, comments, ";"):
+        yield lines.line, text.split()
+
+
+def _chain(
+    first: tuple[int, list[str]] | None, rest: Iterator[tuple[int, list[str]]]
+) -> Iterator[tuple[int, list[str]]]:
+    if first is not None:
+        yield first
+        yield from rest
+
+
+def _header_fields(comments: list[str]) -> dict[str, str]:
+    """``Key: value`` pairs of the ``;`` header (the first occurrence of each key)."""
+    header: dict[str, str] = {}
+    for comment in comments:
+        key, colon, value = comment.partition(":")
+        if colon and key.strip() and " " not in key.strip():
+            header.setdefault(key.strip(), value.strip())
+    return header
+
+
+def _source(header: dict[str, str], path: Path) -> str:
+    machine = ", ".join(header[key] for key in ("Computer", "Installation") if key in header)
+    described = f"{SWF_SOURCE} ({machine})" if machine else SWF_SOURCE
+    return f"{described}; read from {path}"
+
+
+def _local_clock(header: dict[str, str], path: Path) -> Clock:
+    """Maps submit offsets to the local wall clock (read as UTC) of the log's machine."""
+    start = _header_number(header, "UnixStartTime", path)
+    zone = _zone(header.get("TimeZoneString", ""))
+    if zone is not None:
+        return lambda offset: _in_zone(start + offset, zone)
+    shift = _header_number(header, "TimeZone", path)
+    return lambda offset: start + shift + offset
+
+
+def _header_number(header: dict[str, str], key: str, path: Path) -> float:
+    text = header.get(key, "0").strip() or "0"
+    try:
+        return float(text)
+    except ValueError:
+        raise InputError(f"SWF header field {key} is not a number: {text!r}", path=path) from None
+
+
+def _zone(name: str) -> ZoneInfo | None:
+    if not name:
+        return None
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+
+
+def _in_zone(unix_time: float, zone: ZoneInfo) -> float:
+    offset = datetime.fromtimestamp(unix_time, UTC).astimezone(zone).utcoffset()
+    return unix_time + (offset.total_seconds() if offset is not None else 0.0)
+
+
+def _swf_job(fields: list[str], clock: Clock) -> Job:
+    check_width(fields, SWF_FIELDS)
+    job_number = parse_count(fields[_FIELD["job_number"]], "job_number", "job number")
+    return trace_job(
+        job_id=f"swf-{job_number}",
+        submit_time=clock(_submit_offset(fields[_FIELD["submit_time"]])),
+        num_gpus=_processors(fields),
+        duration=_run_time(fields[_FIELD["run_time"]]),
+        user=_known_id(fields[_FIELD["user_id"]], "user_id", "u"),
+        partition=_known_id(fields[_FIELD["partition"]], "partition", ""),
+        time_limit=_requested_time(fields[_FIELD["requested_time"]]),
+    )
+
+
+def _submit_offset(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        message = f"unparsable timestamp {text!r} (expected seconds >= 0)"
+        raise RowError("unparsable timestamp", message, "submit_time")
+    return value
+
+
+def _run_time(text: str) -> float:
+    if text.strip() == "-1":
+        raise RowError("unknown duration", "run time is unknown (-1)", "run_time")
+    return parse_duration(text, "run_time")
+
+
+def _processors(fields: list[str]) -> int:
+    column = "allocated_processors"
+    count = parse_count(fields[_FIELD[column]], column, "GPU count")
+    if count == -1:
+        column = "requested_processors"
+        count = parse_count(fields[_FIELD[column]], column, "GPU count")
+    if count == -1:
+        raise RowError("unknown GPU count", "processor count is unknown (-1)", column)
+    if count <= 0:
+        raise RowError("GPU count <= 0", f"processor count must be at least 1, got {count}", column)
+    return count
+
+
+def _requested_time(text: str) -> float | None:
+    value = parse_number(text, "requested_time", "requested time")
+    return value if value > 0 else None
+
+
+def _known_id(text: str, column: str, prefix: str) -> str:
+    value = parse_count(text, column, column.replace("_", " "))
+    return f"{prefix}{value}" if value >= 0 else ""
