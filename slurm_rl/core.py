@@ -135,6 +135,7 @@ class FinishedJob:
     end_time: float
     placement: Placement
     state: str = "COMPLETED"
+    exit_code: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
