@@ -1,0 +1,167 @@
+"""Writing and reading the audit trail.
+
+SQLite (WAL mode, so readers never block the daemon's writes) is the embedded default;
+any SQLAlchemy URL works, PostgreSQL included. Every write is one short transaction: a cycle
+and its decisions land together or not at all, and nothing already recorded is touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import create_engine, event, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from slurm_rl.core import ClusterSnapshot, Decision, FinishedJob, Job
+from slurm_rl.store import migrate
+from slurm_rl.store.models import CycleRow, DecisionRow, JobRow, OutcomeRow
+
+
+@dataclass(frozen=True)
+class ActionRecord:
+    """What the actuator did for one job, and what Slurm answered."""
+
+    job_id: str
+    action: str  # e.g. "release", "pin", "hold", "priority", "noop", "shadow"
+    argv: tuple[str, ...] | None = None
+    rc: int | None = None
+    answer: str | None = None
+
+
+def job_key(cluster: str, job_id: str) -> str:
+    return f"{cluster}:{job_id}"
+
+
+def make_engine(url: str) -> Engine:
+    engine = create_engine(url)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(connection: Any, _record: Any) -> None:
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+class Store:
+    def __init__(self, url: str, *, upgrade: bool = True) -> None:
+        self.engine = make_engine(url)
+        if upgrade:
+            migrate.upgrade(self.engine)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._known_jobs: set[str] = set()
+
+    def record_cycle(
+        self,
+        snapshot: ClusterSnapshot,
+        decision: Decision,
+        actions: Sequence[ActionRecord],
+        *,
+        mode: str,
+        duration_s: float = 0.0,
+    ) -> int:
+        """Store one cycle: new jobs, and a decision row for every job an action touched."""
+        cluster = snapshot.cluster.name
+        with self._sessions.begin() as session:
+            self._add_new_jobs(session, cluster, snapshot.pending, snapshot.time)
+            cycle = _cycle_row(snapshot, decision, mode, duration_s)
+            session.add(cycle)
+            session.flush()
+            session.add_all(_decision_rows(cluster, cycle.id, decision, actions))
+            return cycle.id
+
+    def record_outcomes(self, cluster: str, finished: Iterable[FinishedJob], source: str) -> int:
+        """Store outcomes not stored yet (the same job seen again is ignored)."""
+        added = 0
+        with self._sessions.begin() as session:
+            for done in finished:
+                key = job_key(cluster, done.job.job_id)
+                if session.get(OutcomeRow, key) is not None:
+                    continue
+                self._add_new_jobs(session, cluster, [done.job], done.start_time)
+                session.add(_outcome_row(key, done, source))
+                added += 1
+        return added
+
+    def _add_new_jobs(self, session: Session, cluster: str, jobs: Iterable[Job], seen: float) -> None:
+        for job in jobs:
+            key = job_key(cluster, job.job_id)
+            if key in self._known_jobs:
+                continue
+            if session.get(JobRow, key) is None:
+                session.add(_job_row(cluster, key, job, seen))
+            self._known_jobs.add(key)
+
+    def decisions_for(self, cluster: str, job_id: str) -> list[DecisionRow]:
+        with self._sessions() as session:
+            query = select(DecisionRow).where(DecisionRow.job_key == job_key(cluster, job_id))
+            return list(session.scalars(query.order_by(DecisionRow.id)))
+
+    def outcome_for(self, cluster: str, job_id: str) -> OutcomeRow | None:
+        with self._sessions() as session:
+            return session.get(OutcomeRow, job_key(cluster, job_id))
+
+    def count(self, model: type[Any]) -> int:
+        with self._sessions() as session:
+            return len(session.scalars(select(model)).all())
+
+
+def _cycle_row(snapshot: ClusterSnapshot, decision: Decision, mode: str, duration: float) -> CycleRow:
+    return CycleRow(
+        cluster=snapshot.cluster.name,
+        snapshot_time=snapshot.time,
+        recorded_at=datetime.now(UTC),
+        policy_id=decision.policy_id,
+        actuator_mode=mode,
+        pending_jobs=len(snapshot.pending),
+        running_jobs=len(snapshot.running),
+        free_gpus=sum(snapshot.free_gpus),
+        duration_s=duration,
+    )
+
+
+def _decision_rows(
+    cluster: str, cycle_id: int, decision: Decision, actions: Sequence[ActionRecord]
+) -> list[DecisionRow]:
+    ranks = {job_id: rank for rank, job_id in enumerate(decision.ranking)}
+    rows = []
+    for action in actions:
+        rank = ranks.get(action.job_id)
+        placement = decision.placements.get(action.job_id)
+        rows.append(DecisionRow(
+            cycle_id=cycle_id,
+            job_key=job_key(cluster, action.job_id),
+            policy_id=decision.policy_id,
+            rank=rank,
+            score=decision.scores[rank] if rank is not None and decision.scores else None,
+            nodes=",".join(placement.nodes) if placement else None,
+            action=action.action,
+            argv=list(action.argv) if action.argv else None,
+            slurm_rc=action.rc,
+            slurm_answer=action.answer,
+        ))
+    return rows
+
+
+def _job_row(cluster: str, key: str, job: Job, seen: float) -> JobRow:
+    return JobRow(
+        job_key=key, cluster=cluster, job_id=job.job_id, user=job.user, partition=job.partition,
+        num_gpus=job.num_gpus, num_nodes=job.num_nodes, gpu_type=job.gpu_type,
+        time_limit_s=job.time_limit, submit_time=job.submit_time, first_seen=seen,
+    )
+
+
+def _outcome_row(key: str, done: FinishedJob, source: str) -> OutcomeRow:
+    return OutcomeRow(
+        job_key=key, start_time=done.start_time, end_time=done.end_time,
+        nodes=",".join(done.placement.nodes), state=done.state, exit_code=done.exit_code,
+        source=source, recorded_at=datetime.now(UTC),
+    )
