@@ -42,6 +42,8 @@ _SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pai2023", PAI_COLUMNS),
     ("csv", REQUIRED_COLUMNS),
 )
+# A header sharing at least this fraction of a format's columns is taken to be that format.
+_MIN_SHARE_TO_GUESS = 0.5
 
 
 def load_trace(path: str | Path, fmt: str | None = None, *, skip_bad_rows: bool = False) -> Trace:
@@ -76,13 +78,21 @@ def detect_format(path: str | Path) -> str:
 
 
 def _format_of(first_line: str) -> str | None:
+    """The format whose columns the header has; failing that, the one it shares most with.
+
+    The second choice lets a header with a misspelt or missing column be read by its reader,
+    which then names the missing column instead of failing to recognise the file.
+    """
     if first_line.startswith(";") or _looks_like_swf_row(first_line):
         return "swf"
     header = {name.strip().lstrip("\ufeff") for name in next(csv.reader([first_line]))}
-    for fmt, columns in _SIGNATURES:
-        if header.issuperset(columns):
-            return fmt
-    return None
+    shares = [
+        (len(header.intersection(columns)) / len(columns), fmt) for fmt, columns in _SIGNATURES
+    ]
+    best_share = max(share for share, _ in shares)
+    if best_share < _MIN_SHARE_TO_GUESS:
+        return None
+    return next(fmt for share, fmt in shares if share == best_share)
 
 
 def _looks_like_swf_row(text: str) -> bool:

@@ -1,0 +1,285 @@
+"""Bad trace input: one clear line naming file, line and column; or counted when skipping."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from slurm_rl.errors import InputError
+from slurm_rl.traces import load_trace
+
+PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster"
+GOOD_PHILLY_ROW = "2017-10-09 07:01:55,66.0,1,66.0,11cb48"
+SCHEMA_HEADER = "job_id,submit_time,num_gpus,duration"
+
+
+def write(tmp_path: Path, name: str, *lines: str) -> Path:
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def expect_error(
+    path: Path, line: int | None, column: str | None, text: str, fmt: str | None = None
+) -> InputError:
+    with pytest.raises(InputError) as caught:
+        load_trace(path, fmt)
+    error = caught.value
+    message = str(error)
+    assert "\n" not in message
+    assert (error.path, error.line, error.column) == (str(path), line, column), message
+    where = f"{path}:{line}" if line is not None else f"{path}"
+    assert message.startswith(where), message
+    assert text in message, message
+    return error
+
+
+def philly(tmp_path: Path, *rows: str) -> Path:
+    return write(tmp_path, "philly.csv", PHILLY_HEADER, GOOD_PHILLY_ROW, *rows)
+
+
+# --- one error per kind -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kept", [0.5, 0.99])
+def test_truncated_gzip(tmp_path: Path, kept: float) -> None:
+    rows = [f"2017-10-{1 + i % 28:02d} 07:{i % 60:02d}:55,{i}.0,1,{i}.0,c{i}" for i in range(4000)]
+    packed = gzip.compress(("\n".join([PHILLY_HEADER, *rows]) + "\n").encode())
+    path = tmp_path / "cut.csv.gz"
+    path.write_bytes(packed[: int(len(packed) * kept)])
+    with pytest.raises(InputError) as caught:
+        load_trace(path)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"{path}:")
+    assert message.endswith("the compressed data ends early (truncated gzip file)")
+    # the line being read when the data ran out: past the header, before the end
+    assert caught.value.line is not None and 1 < caught.value.line < 4002
+
+
+def test_gzip_without_its_trailer(tmp_path: Path) -> None:
+    packed = gzip.compress(("\n".join([PHILLY_HEADER, GOOD_PHILLY_ROW]) + "\n").encode())
+    path = tmp_path / "cut.csv.gz"
+    path.write_bytes(packed[:-4])
+    expect_error(path, 3, None, "truncated gzip file")
+
+
+def test_corrupt_gzip(tmp_path: Path) -> None:
+    packed = bytearray(gzip.compress(("\n".join([PHILLY_HEADER, GOOD_PHILLY_ROW]) + "\n").encode()))
+    packed[-8] ^= 0xFF  # the CRC
+    path = tmp_path / "bad.csv.gz"
+    path.write_bytes(bytes(packed))
+    with pytest.raises(InputError, match=r"corrupt gzip data"):
+        load_trace(path, "philly")
+
+
+def test_truncated_last_row(tmp_path: Path) -> None:
+    path = philly(tmp_path, "2017-10-09 07:01:55,66.0")
+    expect_error(path, 3, "num_gpus", "row has 2 of 5 fields (truncated row?)")
+
+
+def test_missing_column(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "p.csv", "timestamp,num_gpus,gpu_time,cluster", "2017-10-09 07:01:55,1,6,c"
+    )
+    expect_error(path, 1, "duration", "missing column 'duration'")
+
+
+def test_missing_column_with_explicit_format(tmp_path: Path) -> None:
+    path = write(tmp_path, "p.csv", "name,num_gpu,creation_time,deletion_time", "a,1,0,5")
+    expect_error(path, 1, "scheduled_time", "missing column 'scheduled_time'", "pai2023")
+
+
+def test_negative_duration(tmp_path: Path) -> None:
+    expect_error(
+        philly(tmp_path, "2017-10-09 07:01:55,-5,1,-5,c"), 3, "duration", "negative duration"
+    )
+
+
+def test_non_numeric_duration(tmp_path: Path) -> None:
+    path = philly(tmp_path, "2017-10-09 07:01:55,nan,1,1,c")
+    expect_error(path, 3, "duration", "duration is not finite")
+
+
+def test_non_numeric_gpu_count(tmp_path: Path) -> None:
+    path = philly(tmp_path, "2017-10-09 07:01:55,5,one,5,c")
+    expect_error(path, 3, "num_gpus", "GPU count is not a number: 'one'")
+
+
+def test_fractional_gpu_count(tmp_path: Path) -> None:
+    path = philly(tmp_path, "2017-10-09 07:01:55,5,1.5,5,c")
+    expect_error(path, 3, "num_gpus", "not a whole number")
+
+
+@pytest.mark.parametrize("count", ["0", "-2"])
+def test_gpu_count_not_positive(tmp_path: Path, count: str) -> None:
+    path = philly(tmp_path, f"2017-10-09 07:01:55,5,{count},5,c")
+    expect_error(path, 3, "num_gpus", f"GPU count must be at least 1, got {count}")
+
+
+def test_unparsable_timestamp(tmp_path: Path) -> None:
+    path = philly(tmp_path, "2017-10-09 7h,5,1,5,c")
+    expect_error(path, 3, "timestamp", "unparsable timestamp '2017-10-09 7h'")
+
+
+def test_unparsable_timestamp_in_our_schema(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.csv", SCHEMA_HEADER, "a,yesterday,1,5")
+    expect_error(path, 2, "submit_time", "unparsable timestamp 'yesterday'")
+
+
+def test_empty_trace_header_only(tmp_path: Path) -> None:
+    path = write(tmp_path, "p.csv", PHILLY_HEADER, "")
+    expect_error(path, None, None, "the trace has no jobs")
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    path = tmp_path / "void.csv"
+    path.write_bytes(b"")
+    expect_error(path, 1, None, "the file is empty")
+
+
+def test_unknown_gpu_type(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.csv", f"{SCHEMA_HEADER},gpu_type", "a,0,1,5,A100", "b,0,1,5,Z100")
+    expect_error(path, 3, "gpu_type", "unknown GPU type 'Z100' (known: K80")
+
+
+def test_unknown_column_in_our_schema(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.csv", f"{SCHEMA_HEADER},time_limt", "a,0,1,5,60")
+    expect_error(path, 1, "time_limt", "unknown column 'time_limt'")
+
+
+def test_unknown_reference_gpu(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.csv", "# reference_gpu: GTX9000", SCHEMA_HEADER, "a,0,1,5")
+    expect_error(path, 2, None, "unknown reference GPU type 'GTX9000'")
+
+
+def test_unknown_model_family(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.csv", f"{SCHEMA_HEADER},model_family", "a,0,1,5,resnet")
+    expect_error(path, 2, "model_family", "unknown model family 'resnet'")
+
+
+def test_inconsistent_shape(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.csv", f"{SCHEMA_HEADER},num_nodes,gpus_per_node", "a,0,8,5,2,2")
+    expect_error(path, 2, "gpus_per_node", "num_nodes x gpus_per_node = 4, but num_gpus = 8")
+
+
+def test_duplicate_job_id(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.csv", SCHEMA_HEADER, "a,0,1,5", "b,0,1,5", "a,9,1,5")
+    expect_error(path, 4, "job_id", "duplicate job id 'a' (first on line 2)")
+
+
+def test_extra_fields(tmp_path: Path) -> None:
+    expect_error(philly(tmp_path, f"{GOOD_PHILLY_ROW},surplus"), 3, None, "row has 6 fields")
+
+
+def test_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "p.csv"
+    path.write_bytes(
+        f"{PHILLY_HEADER}\n{GOOD_PHILLY_ROW}\n".encode() + b"2017-10-09 07:01:55,1,1,1,\xff\n"
+    )
+    expect_error(path, 3, None, "not UTF-8 text")
+
+
+def test_no_such_file_and_unknown_layout(tmp_path: Path) -> None:
+    expect_error(tmp_path / "absent.csv", None, None, "no such file")
+    expect_error(
+        write(tmp_path, "x.csv", "foo,bar", "1,2"), 1, None, "cannot tell the trace format"
+    )
+
+
+# --- other formats report the same way ----------------------------------------------------------
+
+
+def test_pai_negative_residence(tmp_path: Path) -> None:
+    header = "name,num_gpu,gpu_milli,pod_phase,creation_time,deletion_time,scheduled_time"
+    path = write(tmp_path, "pods.csv", header, "p1,1,1000,Running,0,10,5", "p2,1,1000,Failed,0,3,5")
+    expect_error(path, 3, "deletion_time", "negative duration")
+
+
+def test_swf_truncated_row(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "log.swf",
+        "; UnixStartTime: 0",
+        "1 0 -1 10 4 -1 -1 -1 -1 -1 -1 1 1 -1 -1 -1 -1 -1",
+        "2 5 -1 10 4 -1 -1 -1",
+    )
+    expect_error(path, 3, "requested_time", "row has 8 of 18 fields")
+
+
+def test_swf_unknown_run_time(tmp_path: Path) -> None:
+    path = write(tmp_path, "log.swf", "; x", "1 0 -1 -1 4 -1 -1 -1 -1 -1 -1 1 1 -1 -1 -1 -1 -1")
+    expect_error(path, 2, "run_time", "run time is unknown (-1)")
+
+
+def test_helios_non_numeric_gpu_count(tmp_path: Path) -> None:
+    header = (
+        "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,"
+        "duration,queue"
+    )
+    row = "1,u,vc,x,1,1,COMPLETED,2020-06-09 18:41:01,2020-06-09 18:41:01,2020-06-09 18:42:01,60,0"
+    expect_error(write(tmp_path, "log.csv", header, row), 2, "gpu_num", "GPU count is not a number")
+
+
+def test_venus_slice_bad_submit_time(tmp_path: Path) -> None:
+    header = (
+        "job_id,user,tenant,class,submit_time,num_chips,chip_type,num_nodes,duration_s,"
+        "walltime_limit_s,final_status"
+    )
+    rows = (
+        "1,u,vcA,finetune,5000000,8,,1,60,60,COMPLETED",
+        "2,u,vcA,finetune,soon,8,,1,60,60,FAILED",
+    )
+    path = write(tmp_path, "slice.csv", "# a comment", header, *rows)
+    expect_error(path, 4, "submit_time", "unparsable timestamp 'soon'")
+
+
+# --- skipping bad rows ----------------------------------------------------------------------------
+
+
+def test_skip_bad_rows_counts_each_reason(tmp_path: Path) -> None:
+    path = philly(
+        tmp_path,
+        "2017-10-09 07:01:55,-5,1,-5,c",
+        "2017-10-09 07:01:55,5,one,5,c",
+        "2017-10-09 07:01:55,5,0,5,c",
+        "2017-10-09 07:01:55,5,-1,5,c",
+        "2017-10-09 7h,5,1,5,c",
+        GOOD_PHILLY_ROW,
+        "2017-10-09 07:01:55,66.0",
+    )
+    trace = load_trace(path, skip_bad_rows=True)
+    assert [job.job_id for job in trace.jobs] == ["philly-2", "philly-8"]
+    assert trace.skipped == {
+        "negative duration": 1,
+        "non-numeric GPU count": 1,
+        "GPU count <= 0": 2,
+        "unparsable timestamp": 1,
+        "missing fields": 1,
+    }
+    assert trace.total_skipped == 6
+
+
+def test_skip_bad_rows_still_refuses_an_empty_result(tmp_path: Path) -> None:
+    path = write(tmp_path, "p.csv", PHILLY_HEADER, "2017-10-09 07:01:55,-5,1,-5,c")
+    with pytest.raises(InputError) as caught:
+        load_trace(path, skip_bad_rows=True)
+    assert str(caught.value) == (
+        f"{path}: the trace has no jobs: all 1 rows were skipped (negative duration: 1)"
+    )
+
+
+def test_skip_bad_rows_does_not_hide_file_level_errors(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "p.csv", "timestamp,num_gpus,gpu_time,cluster", "2017-10-09 07:01:55,1,6,c"
+    )
+    with pytest.raises(InputError, match="missing column 'duration'"):
+        load_trace(path, skip_bad_rows=True)
+
+
+def test_skip_bad_rows_counts_duplicates(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.csv", SCHEMA_HEADER, "a,0,1,5", "a,1,1,5", "b,0,1,5")
+    trace = load_trace(path, skip_bad_rows=True)
+    assert [job.job_id for job in trace.jobs] == ["a", "b"]
+    assert trace.skipped == {"duplicate job id": 1}
