@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from slurm_rl.errors import InputError
 from slurm_rl.traces.model import Trace, clock_to_datetime, philly_train_window, window
 from slurm_rl.traces.philly import PHILLY_SOURCE
 
@@ -104,6 +105,8 @@ def _duration_bucket(
 ) -> dict[str, Any]:
     low, high = bucket
     selected = durations[(gpus >= low) & (gpus <= (high or np.iinfo(np.int64).max))]
+    if selected.size == 0:
+        raise InputError(f"no jobs with {low}..{high or 'more'} GPUs in the fit window to fit")
     log_quantiles = np.quantile(np.log(np.maximum(selected, 1.0)), QUANTILE_LEVELS)
     return {
         "min_gpus": low,
