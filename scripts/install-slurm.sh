@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Install Debian's Slurm 22.05 packages (controller, node daemon, clients) and munge.
+#
+# Idempotent and quick when everything is already there: it only calls apt when a
+# package is missing. Never installs slurm-wlm-emulator: in Debian 12 it is broken
+# and it takes over the slurmctld/slurmd alternatives.
+#
+# Usage: scripts/install-slurm.sh            (as root, or with sudo available)
+set -euo pipefail
+
+# slurm-wlm-basic-plugins (a hard Depends) already carries job_submit_lua, select_cons_tres,
+# priority_multifactor, gres_gpu and jobcomp_filetxt, so no Recommends are needed.
+PACKAGES=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+    if [[ "$status" != "install ok installed" ]]; then
+        missing+=("$pkg")
+    fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+    exit 0
+fi
+
+if [[ $(id -u) -ne 0 ]]; then
+    if command -v sudo >/dev/null 2>&1; then
+        exec sudo -n "$0" "$@"
+    fi
+    echo "install-slurm.sh: missing ${missing[*]} and not root (no sudo)" >&2
+    exit 1
+fi
+
+echo "install-slurm.sh: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+# Update the index only when apt has none yet or an install fails on a stale index.
+if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then
+    apt-get update -q >/dev/null
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+for tool in slurmctld slurmd sbatch squeue scontrol munged; do
+    if ! command -v "$tool" >/dev/null 2>&1 && [[ ! -x /usr/sbin/$tool ]]; then
+        echo "install-slurm.sh: $tool still missing after install" >&2
+        exit 1
+    fi
+done

@@ -1,0 +1,334 @@
+"""``SlurmActuator``: the only code that changes a live Slurm, in one of three modes.
+
+* ``shadow`` plans exactly what ``enforce`` would send, logs it and sends nothing.
+* ``advise`` orders only: released jobs get ``Priority`` descending along the ranking, and a
+  deferral the job_submit plugin set is released with ``StartTime=now``.
+* ``enforce`` orders and places: a released job with a placement also gets
+  ``ReqNodeList=<exactly its nodes> NumNodes=N-N``; a held job's deferral is extended to
+  ``now + extension`` but never past ``submit + cap``, after which Slurm decides.
+
+Updates are skipped when Slurm already shows the wanted value, and jobs that get the same
+change share one ``scontrol update JobId=a,b,c`` call. Errors (job vanished, permission
+denied, timeout) are recorded per job in the report, never raised.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ClusterShell.NodeSet import NodeSet
+
+from slurm_rl.core import Decision, Placement
+from slurm_rl.slurm.client import SlurmClient, update_argv
+from slurm_rl.slurm.deferral import deferred_until
+from slurm_rl.slurm.priority import assign_priorities
+from slurm_rl.slurm.proc import CommandResult, is_unreachable
+from slurm_rl.slurm.records import SlurmJob
+from slurm_rl.slurm.source import SlurmSource, SlurmState
+
+log = logging.getLogger(__name__)
+
+_FOR_JOB = re.compile(r"^(?P<message>.*?)\s+for job (?P<job>\d+(?:_\d+)?)\s*$")
+
+
+class Mode(enum.Enum):
+    SHADOW = "shadow"
+    ADVISE = "advise"
+    ENFORCE = "enforce"
+
+
+@dataclass(frozen=True, slots=True)
+class ActuatorConfig:
+    mode: Mode = Mode.SHADOW
+    defer_extension_s: float = 30.0
+    defer_cap_s: float = 600.0
+    # A held job's deferral is extended once less than this is left of it.
+    renew_margin_s: float = 10.0
+    priority_floor: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """One planned change: jobs that all get the same fields."""
+
+    kind: str
+    job_ids: tuple[str, ...]
+    fields: tuple[tuple[str, str], ...]
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return update_argv(self.job_ids, dict(self.fields))
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """What happened to one job: the action, the argv sent (if any) and Slurm's answer.
+
+    ``kind``: place, release, prioritize, defer (a call was planned); unchanged (Slurm
+    already had it); left_to_slurm (deferral cap reached); not_pending (ranked but no
+    longer pending). ``error_kind``: vanished, permission, rejected, timeout, unreachable.
+    """
+
+    job_id: str
+    kind: str
+    argv: tuple[str, ...] = ()
+    sent: bool = False
+    returncode: int | None = None
+    error: str = ""
+    error_kind: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+@dataclass(frozen=True, slots=True)
+class ActuationReport:
+    mode: Mode
+    time: float
+    policy_id: str
+    outcomes: tuple[JobOutcome, ...]
+    commands: tuple[CommandResult, ...]
+
+    def outcome(self, job_id: str) -> JobOutcome | None:
+        return next((o for o in self.outcomes if o.job_id == job_id), None)
+
+
+# -- planning (pure) ----------------------------------------------------------------------
+
+
+def slurm_time(epoch: float) -> str:
+    """An absolute StartTime in the local-time form scontrol parses."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(math.ceil(epoch)))
+
+
+def is_ours_to_release(job: SlurmJob, deferred_by_us: set[str]) -> bool:
+    """True when the job's begin time is the plugin's or ours (never a user's --begin)."""
+    return deferred_until(job.admin_comment) is not None or job.job_id in deferred_by_us
+
+
+def _release_fields(
+    job: SlurmJob,
+    priority: int | None,
+    placement: Placement | None,
+    now: float,
+    ours: bool,
+) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    if placement is not None and set(job.required_nodes) != set(placement.nodes):
+        fields["ReqNodeList"] = str(NodeSet.fromlist(placement.nodes))
+        count = placement.num_nodes
+        fields["NumNodes"] = f"{count}-{count}"
+    if priority is not None and job.priority != priority:
+        fields["Priority"] = str(priority)
+    if ours and job.eligible_time is not None and job.eligible_time > now:
+        fields["StartTime"] = "now"
+    return fields
+
+
+def _release_kind(fields: Mapping[str, str]) -> str:
+    if "ReqNodeList" in fields:
+        return "place"
+    return "release" if "StartTime" in fields else "prioritize"
+
+
+def _hold_target(job: SlurmJob, now: float, config: ActuatorConfig) -> float | None:
+    """Until when a held job should stay deferred; None once its cap is reached."""
+    cap_end = (job.submit_time or now) + config.defer_cap_s
+    if now >= cap_end:
+        return None
+    return min(now + config.defer_extension_s, cap_end)
+
+
+@dataclass
+class _Plan:
+    updates: list[Update]
+    outcomes: dict[str, JobOutcome]
+
+
+def _merge(updates: Sequence[Update]) -> list[Update]:
+    """Jobs with identical fields share one call, at the first job's place in the order."""
+    merged: dict[tuple[str, tuple[tuple[str, str], ...]], list[str]] = {}
+    for update in updates:
+        merged.setdefault((update.kind, update.fields), []).extend(update.job_ids)
+    return [Update(kind, tuple(ids), fields) for (kind, fields), ids in merged.items()]
+
+
+def plan(
+    decision: Decision,
+    state: SlurmState,
+    config: ActuatorConfig,
+    deferred_by_us: set[str],
+) -> _Plan:
+    """What to send for ``decision`` given what Slurm shows now (no side effects)."""
+    now = state.time
+    placing = config.mode in (Mode.ENFORCE, Mode.SHADOW)
+    pending = {j.job_id: j for j in state.managed.values() if j.is_pending}
+    ranked = [job_id for job_id in decision.ranking if job_id in pending]
+    current = {job_id: pending[job_id].priority for job_id in ranked}
+    priorities = assign_priorities(ranked, current, config.priority_floor)
+    outcomes: dict[str, JobOutcome] = {
+        job_id: JobOutcome(job_id, "not_pending")
+        for job_id in decision.ranking
+        if job_id not in pending
+    }
+    updates: list[Update] = []
+    for job_id in ranked:
+        job = pending[job_id]
+        placement = decision.placements.get(job_id) if placing else None
+        ours = is_ours_to_release(job, deferred_by_us)
+        fields = _release_fields(job, priorities[job_id], placement, now, ours)
+        if fields:
+            updates.append(Update(_release_kind(fields), (job_id,), tuple(fields.items())))
+        else:
+            outcomes[job_id] = JobOutcome(job_id, "unchanged")
+    if placing:
+        held = [j for j in pending.values() if j.job_id not in decision.ranking]
+        updates.extend(_hold_updates(held, now, config, deferred_by_us, outcomes))
+    return _Plan(_merge(updates), outcomes)
+
+
+def _hold_updates(
+    held: Sequence[SlurmJob],
+    now: float,
+    config: ActuatorConfig,
+    deferred_by_us: set[str],
+    outcomes: dict[str, JobOutcome],
+) -> list[Update]:
+    updates: list[Update] = []
+    for job in sorted(held, key=lambda j: j.job_id):
+        if not is_ours_to_release(job, deferred_by_us):
+            continue  # a user's own --begin, or submitted while the daemon was down
+        target = _hold_target(job, now, config)
+        if target is None:
+            outcomes[job.job_id] = JobOutcome(job.job_id, "left_to_slurm")
+            continue
+        eligible = job.eligible_time or 0.0
+        if eligible >= min(now + config.renew_margin_s, target):
+            outcomes[job.job_id] = JobOutcome(job.job_id, "unchanged")
+            continue
+        fields = (("StartTime", slurm_time(target)),)
+        updates.append(Update("defer", (job.job_id,), fields))
+    return updates
+
+
+# -- Slurm's answers ----------------------------------------------------------------------
+
+
+def classify_error(message: str) -> str:
+    text = message.lower()
+    if "invalid job id" in text or "already finished" in text or "no longer pending" in text:
+        return "vanished"
+    if "permission denied" in text or "invalid user id" in text or "access" in text:
+        return "permission"
+    if "did not answer within" in text:
+        return "timeout"
+    if is_unreachable(message):
+        return "unreachable"
+    return "rejected"
+
+
+def per_job_errors(result: CommandResult) -> dict[str, str]:
+    """``<message> for job <id>`` lines of scontrol's stderr, by job id."""
+    errors: dict[str, str] = {}
+    for line in result.stderr.splitlines():
+        match = _FOR_JOB.match(line.strip())
+        if match:
+            errors[match.group("job")] = match.group("message")
+    return errors
+
+
+def outcomes_for(update: Update, result: CommandResult | None) -> list[JobOutcome]:
+    """One outcome per job of a call; a failure without job ids counts for all of them."""
+    argv = update.argv
+    if result is None:
+        return [JobOutcome(j, update.kind, argv) for j in update.job_ids]
+    errors = per_job_errors(result) if not result.ok else {}
+    general = "" if result.ok or errors else (result.stderr.strip() or f"exit {result.returncode}")
+    outcomes = []
+    for job_id in update.job_ids:
+        error = errors.get(job_id, general)
+        rc = result.returncode if error else 0
+        kind = classify_error(error) if error else ""
+        outcomes.append(JobOutcome(job_id, update.kind, argv, True, rc, error, kind))
+    return outcomes
+
+
+# -- the actuator -------------------------------------------------------------------------
+
+
+class SlurmActuator:
+    """Applies decisions to Slurm through a :class:`SlurmClient`.
+
+    It reads job details from ``source.last_state`` (the state the decision was made on)
+    or, without a source, asks the client itself.
+    """
+
+    def __init__(
+        self,
+        client: SlurmClient,
+        config: ActuatorConfig | None = None,
+        source: SlurmSource | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.config = config or ActuatorConfig()
+        self.source = source
+        self.clock = clock
+        self._deferred_by_us: set[str] = set()
+
+    @property
+    def mode(self) -> Mode:
+        return self.config.mode
+
+    def apply(self, decision: Decision, state: SlurmState | None = None) -> ActuationReport:
+        state = state or self._current_state()
+        self._deferred_by_us &= set(state.managed)
+        planned = plan(decision, state, self.config, self._deferred_by_us)
+        outcomes = dict(planned.outcomes)
+        commands: list[CommandResult] = []
+        for update in planned.updates:
+            result = self._send(update)
+            if result is not None:
+                commands.append(result)
+            for outcome in outcomes_for(update, result):
+                outcomes[outcome.job_id] = outcome
+                self._remember(outcome)
+        ordered = tuple(outcomes[j] for j in sorted(outcomes, key=_order_key(decision)))
+        return ActuationReport(self.mode, state.time, decision.policy_id, ordered, tuple(commands))
+
+    def _current_state(self) -> SlurmState:
+        if self.source is not None and self.source.last_state is not None:
+            return self.source.last_state
+        source = self.source or SlurmSource(self.client, clock=self.clock)
+        return source.state()
+
+    def _send(self, update: Update) -> CommandResult | None:
+        if self.mode is Mode.SHADOW:
+            log.info("shadow: would run %s", " ".join(update.argv))
+            return None
+        result = self.client.update_jobs(update.job_ids, dict(update.fields))
+        level = logging.INFO if result.ok else logging.WARNING
+        log.log(
+            level,
+            "%s -> exit %d %s",
+            " ".join(update.argv),
+            result.returncode,
+            result.stderr.strip(),
+        )
+        return result
+
+    def _remember(self, outcome: JobOutcome) -> None:
+        if outcome.kind == "defer" and outcome.sent and outcome.ok:
+            self._deferred_by_us.add(outcome.job_id)
+
+
+def _order_key(decision: Decision) -> Callable[[str], tuple[int, str]]:
+    rank = {job_id: i for i, job_id in enumerate(decision.ranking)}
+    return lambda job_id: (rank.get(job_id, len(rank)), job_id)

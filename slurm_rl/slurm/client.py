@@ -1,0 +1,120 @@
+"""The Slurm client interface and its command-line implementation.
+
+:class:`SlurmClient` is what the source and the actuator use; :class:`CliSlurmClient`
+implements it with ``squeue``/``sinfo``/``scontrol`` (argv lists, a timeout on every call).
+slurmrestd or pyslurm clients can implement the same protocol.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+from slurm_rl.slurm.errors import SlurmCommandError, SlurmOutputError, SlurmTimeoutError
+from slurm_rl.slurm.parse import parse_jobs, parse_nodes
+from slurm_rl.slurm.proc import CommandResult, Runner, check, make_runner
+from slurm_rl.slurm.records import JobsReport, NodesReport
+from slurm_rl.slurm.scontrol import ScontrolJob, ScontrolNode, parse_jobs_text, parse_nodes_text
+
+DEFAULT_TIMEOUT_S = 15.0
+_VERSION = re.compile(r"slurm[- ](?:wlm )?(\d+)\.(\d+)\.(\d+)")
+
+
+@runtime_checkable
+class SlurmClient(Protocol):
+    """Reads Slurm's state and sends job updates. Reads raise typed errors; updates don't."""
+
+    def jobs(self) -> JobsReport:
+        """Every job slurmctld knows, finished ones included (``squeue --json``)."""
+        ...
+
+    def nodes(self) -> NodesReport:
+        """Every node with its state and GRES (``sinfo --json``)."""
+        ...
+
+    def show_job(self, job_id: str) -> ScontrolJob | None:
+        """One job as ``scontrol show job -o`` prints it; None once it is gone."""
+        ...
+
+    def show_nodes(self) -> list[ScontrolNode]:
+        """``scontrol -d show node``: the text view, with GresUsed."""
+        ...
+
+    def update_jobs(self, job_ids: Sequence[str], fields: Mapping[str, str]) -> CommandResult:
+        """One ``scontrol update JobId=a,b,c K=V ...`` call; the result is returned, not raised."""
+        ...
+
+
+def update_argv(job_ids: Sequence[str], fields: Mapping[str, str]) -> tuple[str, ...]:
+    """``scontrol update`` for several jobs that get the same change (one RPC per call)."""
+    pairs = [f"{key}={value}" for key, value in fields.items()]
+    return ("scontrol", "update", f"JobId={','.join(job_ids)}", *pairs)
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``slurm 22.05.8`` (or ``slurm-wlm 22.05.8``) -> (22, 5, 8)."""
+    match = _VERSION.search(text)
+    if match is None:
+        raise SlurmOutputError(f"cannot read a Slurm version from {text.strip()!r}", path="sinfo")
+    return int(match.group(1)), int(match.group(2)), int(match.group(3))
+
+
+class CliSlurmClient:
+    """:class:`SlurmClient` over the Slurm command-line tools.
+
+    ``runner`` is the subprocess boundary (tests pass a fake); ``env`` is added to the
+    environment of every command (e.g. ``SLURM_CONF`` of a dev cluster).
+    """
+
+    def __init__(
+        self,
+        *,
+        runner: Runner | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self._run = runner or make_runner(env)
+        self.timeout_s = timeout_s
+        self._version: tuple[int, int, int] | None = None
+
+    def version(self) -> tuple[int, int, int]:
+        if self._version is None:
+            result = check(self._run(("sinfo", "--version"), self.timeout_s))
+            self._version = parse_version(result.stdout)
+        return self._version
+
+    def jobs(self) -> JobsReport:
+        result = check(self._run(("squeue", "--json"), self.timeout_s))
+        return parse_jobs(result.stdout, "squeue --json")
+
+    def nodes(self) -> NodesReport:
+        # 23.02+ regroups sinfo's JSON by identical nodes; scontrol's is one record a node.
+        argv: tuple[str, ...] = ("sinfo", "--json")
+        if self.version() >= (23, 2, 0):
+            argv = ("scontrol", "show", "nodes", "--json")
+        result = check(self._run(argv, self.timeout_s))
+        return parse_nodes(result.stdout, " ".join(argv))
+
+    def show_job(self, job_id: str) -> ScontrolJob | None:
+        result = self._run(("scontrol", "show", "job", "-o", job_id), self.timeout_s)
+        if not result.ok and "Invalid job id" in result.stderr:
+            return None
+        jobs = parse_jobs_text(check(result).stdout)
+        return jobs[0] if jobs else None
+
+    def show_nodes(self) -> list[ScontrolNode]:
+        result = check(self._run(("scontrol", "-d", "show", "node", "-o"), self.timeout_s))
+        return parse_nodes_text(result.stdout)
+
+    def update_jobs(self, job_ids: Sequence[str], fields: Mapping[str, str]) -> CommandResult:
+        if not job_ids or not fields:
+            raise ValueError("an update needs at least one job id and one field")
+        argv = update_argv(job_ids, fields)
+        try:
+            return self._run(argv, self.timeout_s)
+        except SlurmTimeoutError as exc:
+            # 124 is what timeout(1) exits with; the audit trail keeps the message.
+            return CommandResult(argv, 124, "", str(exc))
+        except SlurmCommandError as exc:
+            return CommandResult(argv, exc.returncode, "", exc.stderr)

@@ -1,0 +1,80 @@
+"""The daemon's side of the fail-open deferral done by ``plugins/job_submit.lua``.
+
+The Lua plugin reads ``job_submit_slurm_rl.conf`` next to itself and defers new GPU jobs only
+while the heartbeat file holds a recent Unix time. The daemon calls :func:`beat` every cycle;
+if it stops, new jobs stop being deferred within ``heartbeat_max_age_s`` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurm_rl.paths import REPO_DIR
+
+CONF_NAME = "job_submit_slurm_rl.conf"
+PLUGIN_NAME = "job_submit.lua"
+DEFERRAL_TAG = "slurm-rl:deferred:"
+
+
+def plugin_source() -> Path:
+    """The plugin shipped in this checkout (``plugins/job_submit.lua``)."""
+    return REPO_DIR / "plugins" / PLUGIN_NAME
+
+
+@dataclass(frozen=True, slots=True)
+class DeferralConfig:
+    """What the Lua plugin reads: where the heartbeat is, how fresh it must be, the window."""
+
+    heartbeat_path: Path
+    heartbeat_max_age_s: int = 30
+    window_s: int = 10
+    partitions: tuple[str, ...] = ()  # empty = every partition
+    gpu_only: bool = True
+
+    def render(self) -> str:
+        partitions = ",".join(self.partitions) if self.partitions else "*"
+        return (
+            "# Written by slurm-rl; read by job_submit.lua on every submission.\n"
+            f"heartbeat_path = {self.heartbeat_path}\n"
+            f"heartbeat_max_age = {self.heartbeat_max_age_s}\n"
+            f"window = {self.window_s}\n"
+            f"partitions = {partitions}\n"
+            f"gpu_only = {'yes' if self.gpu_only else 'no'}\n"
+        )
+
+
+def write_config(conf_dir: Path, config: DeferralConfig) -> Path:
+    """Write the plugin's config next to slurm.conf (atomically, so Lua never reads half)."""
+    target = conf_dir / CONF_NAME
+    _write_atomic(target, config.render())
+    return target
+
+
+def beat(heartbeat_path: Path, now: float | None = None) -> None:
+    """Record that the daemon is alive: the file's content is the current Unix time."""
+    stamp = int(time.time() if now is None else now)
+    heartbeat_path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(heartbeat_path, f"{stamp}\n")
+
+
+def deferred_until(admin_comment: str) -> float | None:
+    """The end of the plugin's window from a job's admin comment, or None if not deferred."""
+    for part in admin_comment.split(","):
+        part = part.strip()
+        if part.startswith(DEFERRAL_TAG):
+            try:
+                return float(part[len(DEFERRAL_TAG) :])
+            except ValueError:
+                return None
+    return None
+
+
+def _write_atomic(target: Path, text: str) -> None:
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    # slurmctld may run as SlurmUser, not root: the files must be world-readable.
+    tmp.chmod(0o644)
+    os.replace(tmp, target)

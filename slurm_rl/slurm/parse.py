@@ -1,0 +1,377 @@
+"""Parse ``squeue --json`` and ``sinfo --json`` / ``scontrol show nodes --json`` output.
+
+Two families of layouts are understood:
+
+* **openapi/v0.0.38** (Slurm 22.05): plain numbers (``"submit_time": 1795970134``), job and
+  node states as lower/upper-case strings plus ``state_flags``, meta under ``meta.Slurm``.
+* **data_parser v0.0.39+** (23.02 .. 24.x): numbers wrapped as
+  ``{"set": true, "infinite": false, "number": N}``, states as lists (``["PENDING"]``,
+  ``["IDLE", "DRAIN"]``), meta under ``meta.slurm``, ``exit_code`` as an object, and the
+  newer ``sinfo --json`` grouping (``{"sinfo": [{"nodes": {"nodes": [...]}, "gres":
+  {"total": ..., "used": ...}, "node": {"state": [...]}}]}``).
+
+Unknown extra keys are ignored (newer Slurm adds fields every release); a missing or
+mistyped field we need, truncated JSON or a non-empty ``errors`` list raises
+:class:`SlurmOutputError` naming the command, the record and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ClusterShell.NodeSet import NodeSet, NodeSetException
+
+from slurm_rl.slurm.errors import SlurmOutputError
+from slurm_rl.slurm.gres import GresFormatError, gpu_counts
+from slurm_rl.slurm.records import (
+    KNOWN_JOB_STATES,
+    JobsReport,
+    NodesReport,
+    SlurmJob,
+    SlurmMeta,
+    SlurmNode,
+)
+
+# Slurm's "no value" / "infinite" sentinels in the 22.05 plain-number layout.
+_NO_VAL_32 = 0xFFFFFFFE
+
+JsonObject = Mapping[str, Any]
+
+
+class _Where:
+    """Which command and record a parse error belongs to."""
+
+    def __init__(self, source: str, record: str = "") -> None:
+        self.source = source
+        self.record = record
+
+    def error(self, message: str, field: str | None = None) -> SlurmOutputError:
+        reason = f"{self.record}: {message}" if self.record else message
+        return SlurmOutputError(reason, path=self.source, column=field)
+
+
+# -- documents ----------------------------------------------------------------------------
+
+
+def load_document(text: str, source: str) -> JsonObject:
+    """Decode one JSON document; truncated output and Slurm-reported errors raise."""
+    where = _Where(source)
+    if not text.strip():
+        raise where.error("empty output")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise where.error(f"invalid or truncated JSON at line {exc.lineno}: {exc.msg}") from exc
+    if not isinstance(doc, dict):
+        raise where.error(f"expected a JSON object, got {type(doc).__name__}")
+    _raise_reported_errors(doc, where)
+    return doc
+
+
+def _raise_reported_errors(doc: JsonObject, where: _Where) -> None:
+    errors = doc.get("errors") or []
+    if not isinstance(errors, list) or not errors:
+        return
+    first = errors[0] if isinstance(errors[0], dict) else {"error": str(errors[0])}
+    text = first.get("description") or first.get("error") or json.dumps(first)
+    raise where.error(f"Slurm reported an error: {text}")
+
+
+def parse_meta(doc: JsonObject, source: str) -> SlurmMeta:
+    meta = doc.get("meta")
+    where = _Where(source, "meta")
+    if not isinstance(meta, dict):
+        raise where.error("missing 'meta' object")
+    slurm = meta.get("Slurm") or meta.get("slurm") or {}
+    version = slurm.get("version") if isinstance(slurm, dict) else None
+    if not isinstance(version, dict):
+        raise where.error("missing Slurm version", "meta.slurm.version")
+    parts = tuple(_int_text(version.get(k), where, k) for k in ("major", "minor", "micro"))
+    plugin = meta.get("plugin")
+    if not isinstance(plugin, dict):
+        plugin = {}
+    data_format = str(plugin.get("data_parser") or plugin.get("type") or "")
+    cluster = str(slurm.get("cluster") or "") if isinstance(slurm, dict) else ""
+    return SlurmMeta((parts[0], parts[1], parts[2]), data_format, cluster)
+
+
+def _int_text(value: object, where: _Where, field: str) -> int:
+    # 22.05 gives ints, 23.11+ strings such as "23".
+    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        return int(value)
+    raise where.error(f"version part {value!r} is not a number", field)
+
+
+# -- scalar fields ------------------------------------------------------------------------
+
+
+def _number(record: JsonObject, key: str, where: _Where) -> float | None:
+    """A number, a no-value wrapper object, or absent/null; sentinels become None."""
+    value = record.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise where.error(f"expected a number, got {value!r}", key)
+    if isinstance(value, int | float):
+        return None if value >= _NO_VAL_32 else float(value)
+    if isinstance(value, dict) and "number" in value:
+        if not value.get("set", True) or value.get("infinite", False):
+            return None
+        return _number(value, "number", where)
+    raise where.error(f"expected a number, got {json.dumps(value)[:60]}", key)
+
+
+def _int(record: JsonObject, key: str, where: _Where) -> int | None:
+    value = _number(record, key, where)
+    return None if value is None else int(value)
+
+
+def _time(record: JsonObject, key: str, where: _Where) -> float | None:
+    """A Unix time; 0 means "not set" in the 22.05 layout."""
+    value = _number(record, key, where)
+    return value if value else None
+
+
+def _text(record: JsonObject, key: str, where: _Where) -> str:
+    value = record.get(key)
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return ",".join(value)
+    raise where.error(f"expected text, got {json.dumps(value)[:60]}", key)
+
+
+def _required(record: JsonObject, key: str, where: _Where) -> object:
+    if key not in record:
+        raise where.error("field missing", key)
+    return record[key]
+
+
+def _strings(record: JsonObject, key: str, where: _Where) -> tuple[str, ...]:
+    """A list of strings, or one comma-separated string (22.05 CSV fields)."""
+    value = record.get(key)
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        return tuple(part for part in value.split(",") if part)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise where.error(f"expected a list of names, got {json.dumps(value)[:60]}", key)
+
+
+def _hostlist(text: str, where: _Where, key: str) -> tuple[str, ...]:
+    if not text or text in ("(null)", "None"):
+        return ()
+    try:
+        return tuple(NodeSet(text))
+    except NodeSetException as exc:
+        raise where.error(f"bad node list {text!r}: {exc}", key) from exc
+
+
+def _states(value: object, flags: object, where: _Where, key: str) -> tuple[str, ...]:
+    """Base state first, then flags, all upper case (``"idle"`` + ``["DRAIN"]`` or a list)."""
+    if isinstance(value, str) and value:
+        base: list[str] = [value.upper()]
+    elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        base = [v.upper() for v in value]
+    else:
+        raise where.error(f"expected a state, got {json.dumps(value)[:60]}", key)
+    extra = flags if isinstance(flags, list) else []
+    return tuple(base + [str(f).upper() for f in extra if str(f).upper() not in base])
+
+
+# -- jobs ---------------------------------------------------------------------------------
+
+
+def _exit_code(record: JsonObject, where: _Where) -> int | None:
+    """The process exit code: raw wait status (22.05) or a return_code object (24.x)."""
+    value = record.get("exit_code")
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value >> 8 if value & 0x7F == 0 else 128 + (value & 0x7F)
+    if isinstance(value, dict):
+        code = _int(value, "return_code", where)
+        signal = value.get("signal")
+        sig = _int(signal, "id", where) if isinstance(signal, dict) else None
+        return 128 + sig if sig else code
+    raise where.error(f"expected an exit code, got {json.dumps(value)[:60]}", "exit_code")
+
+
+def _job_state(record: JsonObject, where: _Where) -> tuple[str, tuple[str, ...]]:
+    states = _states(_required(record, "job_state", where), None, where, "job_state")
+    if states[0] not in KNOWN_JOB_STATES:
+        raise where.error(f"unknown job state {states[0]!r}", "job_state")
+    return states[0], states[1:]
+
+
+def _job_id(record: JsonObject, where: _Where) -> str:
+    value = _required(record, "job_id", where)
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return str(value)
+    raise where.error(f"bad job id {value!r}", "job_id")
+
+
+def _check_gpu_text(text: str, where: _Where, key: str) -> str:
+    try:
+        gpu_counts(text)
+    except GresFormatError as exc:
+        raise where.error(str(exc), key) from exc
+    return text
+
+
+def _gpu_field(record: JsonObject, key: str, where: _Where) -> str:
+    return _check_gpu_text(_text(record, key, where), where, key)
+
+
+def _nodes_field(record: JsonObject, key: str, where: _Where) -> tuple[str, ...]:
+    return _hostlist(_text(record, key, where), where, key)
+
+
+def _array_pending(record: JsonObject, where: _Where) -> bool:
+    """A pending array meta-record stands for many not-yet-split tasks."""
+    task_string = _text(record, "array_task_string", where)
+    return bool(task_string) and _number(record, "array_task_id", where) is None
+
+
+def parse_job(record: JsonObject, index: int, source: str) -> SlurmJob:
+    where = _Where(source, f"job #{index}")
+    job_id = _job_id(record, where)
+    where.record = f"job {job_id}"
+    state, flags = _job_state(record, where)
+    limit = _number(record, "time_limit", where)
+    return SlurmJob(
+        job_id=job_id,
+        name=_text(record, "name", where),
+        user=_text(record, "user_name", where) or str(record.get("user_id", "")),
+        partition=_text(record, "partition", where),
+        state=state,
+        state_flags=flags,
+        reason=_text(record, "state_reason", where),
+        priority=_int(record, "priority", where),
+        submit_time=_time(record, "submit_time", where),
+        eligible_time=_time(record, "eligible_time", where),
+        start_time=_time(record, "start_time", where),
+        end_time=_time(record, "end_time", where),
+        time_limit_s=None if limit is None else limit * 60.0,
+        node_count=_int(record, "node_count", where),
+        tasks=_int(record, "tasks", where),
+        nodes=_nodes_field(record, "nodes", where),
+        required_nodes=_nodes_field(record, "required_nodes", where),
+        tres_per_node=_gpu_field(record, "tres_per_node", where),
+        tres_per_job=_gpu_field(record, "tres_per_job", where),
+        tres_per_task=_gpu_field(record, "tres_per_task", where),
+        gres_detail=_strings(record, "gres_detail", where),
+        admin_comment=_text(record, "admin_comment", where),
+        exit_code=_exit_code(record, where),
+        array_pending=_array_pending(record, where),
+        het_job=bool(_int(record, "het_job_id", where)),
+    )
+
+
+def parse_jobs(text: str, source: str = "squeue --json") -> JobsReport:
+    doc = load_document(text, source)
+    meta = parse_meta(doc, source)
+    jobs = _list_of_objects(doc, "jobs", _Where(source))
+    return JobsReport(meta, tuple(parse_job(job, i, source) for i, job in enumerate(jobs)))
+
+
+def _list_of_objects(doc: JsonObject, key: str, where: _Where) -> list[JsonObject]:
+    items = doc.get(key)
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise where.error(f"missing '{key}' list", key)
+    return items
+
+
+# -- nodes --------------------------------------------------------------------------------
+
+
+def _gres_text(value: object, where: _Where, key: str) -> str:
+    if not isinstance(value, str):
+        raise where.error(f"expected a GRES string, got {json.dumps(value)[:60]}", key)
+    return _check_gpu_text(value, where, key)
+
+
+def parse_flat_node(record: JsonObject, index: int, source: str) -> SlurmNode:
+    """A node in the ``nodes`` list (22.05 sinfo/scontrol, 23.02+ scontrol --json)."""
+    where = _Where(source, f"node #{index}")
+    name = _required(record, "name", where)
+    if not isinstance(name, str) or not name:
+        raise where.error(f"bad node name {name!r}", "name")
+    where.record = f"node {name}"
+    states = _states(_required(record, "state", where), record.get("state_flags"), where, "state")
+    return SlurmNode(
+        name=name,
+        states=states,
+        gres=_gres_text(_required(record, "gres", where), where, "gres"),
+        gres_used=_gres_text(record.get("gres_used") or "", where, "gres_used"),
+        partitions=_strings(record, "partitions", where),
+        features=_strings(record, "active_features", where) or _strings(record, "features", where),
+    )
+
+
+def _nested(record: JsonObject, path: str, where: _Where) -> object:
+    value: object = record
+    for part in path.split("/"):
+        if not isinstance(value, dict) or part not in value:
+            raise where.error("field missing", path)
+        value = value[part]
+    return value
+
+
+def parse_grouped_nodes(record: JsonObject, index: int, source: str) -> list[SlurmNode]:
+    """One ``sinfo`` record (23.11+): several nodes that sinfo grouped as identical."""
+    where = _Where(source, f"sinfo record #{index}")
+    names = _nested(record, "nodes/nodes", where)
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise where.error("expected a list of node names", "nodes/nodes")
+    states = _states(_nested(record, "node/state", where), None, where, "node/state")
+    gres = _gres_text(_nested(record, "gres/total", where), where, "gres/total")
+    used = _gres_text(_nested(record, "gres/used", where), where, "gres/used")
+    partition = record.get("partition")
+    part_name = partition.get("name") if isinstance(partition, dict) else None
+    parts = (part_name,) if isinstance(part_name, str) and part_name else ()
+    return [SlurmNode(n, states, gres, used, parts) for n in _expand_names(names, where)]
+
+
+def _expand_names(names: list[str], where: _Where) -> list[str]:
+    expanded: list[str] = []
+    for name in names:
+        expanded.extend(_hostlist(name, where, "nodes/nodes"))
+    return expanded
+
+
+def parse_nodes(text: str, source: str = "sinfo --json") -> NodesReport:
+    doc = load_document(text, source)
+    meta = parse_meta(doc, source)
+    where = _Where(source)
+    if "nodes" in doc:
+        records = _list_of_objects(doc, "nodes", where)
+        nodes = [parse_flat_node(r, i, source) for i, r in enumerate(records)]
+    elif "sinfo" in doc:
+        groups = _list_of_objects(doc, "sinfo", where)
+        nodes = [n for i, r in enumerate(groups) for n in parse_grouped_nodes(r, i, source)]
+    else:
+        raise where.error("neither a 'nodes' nor a 'sinfo' list")
+    return NodesReport(meta, _merge_partitions(nodes))
+
+
+def _merge_partitions(nodes: list[SlurmNode]) -> tuple[SlurmNode, ...]:
+    """sinfo lists a node once per partition; keep one record with all its partitions."""
+    merged: dict[str, SlurmNode] = {}
+    for node in nodes:
+        seen = merged.get(node.name)
+        if seen is None:
+            merged[node.name] = node
+            continue
+        parts = seen.partitions + tuple(p for p in node.partitions if p not in seen.partitions)
+        merged[node.name] = _with_partitions(seen, parts)
+    return tuple(merged.values())
+
+
+def _with_partitions(node: SlurmNode, partitions: tuple[str, ...]) -> SlurmNode:
+    return SlurmNode(node.name, node.states, node.gres, node.gres_used, partitions, node.features)

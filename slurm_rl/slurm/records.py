@@ -1,0 +1,159 @@
+"""Version-neutral records of what Slurm reports about jobs and nodes.
+
+The JSON layouts differ between Slurm releases (openapi/v0.0.38 in 22.05; data_parser
+v0.0.39+ in 23.02 and later); :mod:`slurm_rl.slurm.parse` turns each into these records so
+nothing above it knows which version answered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Base job states in which a job holds no resources and will not run again.
+FINISHED_STATES = frozenset(
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    }
+)
+# States in which a job occupies its nodes.
+ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT"})
+PENDING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+KNOWN_JOB_STATES = (
+    FINISHED_STATES
+    | ACTIVE_STATES
+    | PENDING_STATES
+    | {
+        "RESIZING",
+        "REVOKED",
+        "SIGNALING",
+        "SPECIAL_EXIT",
+        "RESV_DEL_HOLD",
+        "STOPPED",
+        "UPDATE_DB",
+        "LAUNCH_FAILED",
+        "RECONFIG_FAIL",
+        "POWER_UP_NODE",
+    }
+)
+
+# Node states (base or flag, upper case) in which no new job can start on the node.
+UNUSABLE_NODE_STATES = frozenset(
+    {
+        "DOWN",
+        "DRAIN",
+        "DRAINED",
+        "DRAINING",
+        "FAIL",
+        "FAILING",
+        "ERROR",
+        "FUTURE",
+        "INVAL",
+        "INVALID",
+        "INVALID_REG",
+        "MAINTENANCE",
+        "MAINT",
+        "NOT_RESPONDING",
+        "NO_RESPOND",
+        "POWERED_DOWN",
+        "POWERING_DOWN",
+        "POWER_DOWN",
+        "POWERING_UP",
+        "REBOOT_ISSUED",
+        "REBOOT_REQUESTED",
+        "RESERVED",
+        "UNKNOWN",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmMeta:
+    """Which Slurm answered and with which JSON layout (e.g. ``openapi/v0.0.38``)."""
+
+    version: tuple[int, int, int]
+    data_format: str
+    cluster: str = ""
+
+    @property
+    def release(self) -> str:
+        major, minor, micro = self.version
+        return f"{major:02d}.{minor:02d}.{micro}"
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmJob:
+    """One job as squeue reports it. Times are Unix seconds; None = not set."""
+
+    job_id: str
+    name: str
+    user: str
+    partition: str
+    state: str
+    state_flags: tuple[str, ...] = ()
+    reason: str = ""
+    priority: int | None = None
+    submit_time: float | None = None
+    eligible_time: float | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    time_limit_s: float | None = None
+    node_count: int | None = None
+    tasks: int | None = None
+    nodes: tuple[str, ...] = ()
+    required_nodes: tuple[str, ...] = ()
+    tres_per_node: str = ""
+    tres_per_job: str = ""
+    tres_per_task: str = ""
+    gres_detail: tuple[str, ...] = ()
+    admin_comment: str = ""
+    exit_code: int | None = None
+    array_pending: bool = False
+    het_job: bool = False
+
+    @property
+    def is_pending(self) -> bool:
+        return self.state in PENDING_STATES
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_STATES or "COMPLETING" in self.state_flags
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in FINISHED_STATES and not self.is_active
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmNode:
+    """One node: its states (upper case, base first), GRES strings and partitions."""
+
+    name: str
+    states: tuple[str, ...]
+    gres: str
+    gres_used: str
+    partitions: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+
+    @property
+    def usable(self) -> bool:
+        return not any(state in UNUSABLE_NODE_STATES for state in self.states)
+
+
+@dataclass(frozen=True, slots=True)
+class JobsReport:
+    meta: SlurmMeta
+    jobs: tuple[SlurmJob, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodesReport:
+    meta: SlurmMeta
+    nodes: tuple[SlurmNode, ...]

@@ -1,0 +1,240 @@
+"""``SlurmSource``: a live :class:`~slurm_rl.core.ClusterSnapshot` from squeue and sinfo.
+
+Only GPU jobs are ours: a job without a GPU request is ignored, and so is a node without
+GPUs. With ``partitions`` set, only jobs and nodes in those partitions count. Finished jobs
+come from squeue itself (slurmctld keeps them for ``MinJobAge`` seconds) and are reported
+once each.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from slurm_rl.core import Cluster, ClusterSnapshot, FinishedJob, Job, Node, Placement, RunningJob
+from slurm_rl.slurm.client import SlurmClient
+from slurm_rl.slurm.gres import gpu_counts, single_request
+from slurm_rl.slurm.records import JobsReport, NodesReport, SlurmJob, SlurmNode
+
+
+@dataclass(frozen=True, slots=True)
+class SourceConfig:
+    """Which partitions the daemon manages (empty = all) and how to describe nodes."""
+
+    partitions: tuple[str, ...] = ()
+    cluster_name: str = ""
+    price_per_gpu_hour: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SlurmState:
+    """The raw reports behind one snapshot; the actuator reads job details from here."""
+
+    time: float
+    jobs: JobsReport
+    nodes: NodesReport
+    managed: Mapping[str, SlurmJob]
+
+    def job(self, job_id: str) -> SlurmJob | None:
+        return self.managed.get(job_id)
+
+
+def in_partitions(job_partitions: Iterable[str], managed: tuple[str, ...]) -> bool:
+    return not managed or any(p in managed for p in job_partitions)
+
+
+# -- jobs ---------------------------------------------------------------------------------
+
+
+def _spread(total: int, parts: int) -> tuple[int, ...]:
+    """``total`` GPUs over ``parts`` nodes as evenly as possible (first nodes get more)."""
+    base, extra = divmod(total, parts)
+    return tuple(base + (1 if i < extra else 0) for i in range(parts))
+
+
+@dataclass(frozen=True, slots=True)
+class GpuShape:
+    """A job's GPU request: how many, which type, and the node shape it fixes (if any)."""
+
+    num_gpus: int
+    gpu_type: str | None
+    num_nodes: int | None
+    gpus_per_node: int | None
+
+
+def gpu_shape(job: SlurmJob) -> GpuShape | None:
+    """From ``--gpus`` (per job), ``--gres``/``--gpus-per-node`` or ``--gpus-per-task``.
+
+    ``--gpus=N`` without ``-N`` lets Slurm spread the GPUs, so the node count is fixed only
+    when the job asked for more than one node (22.05's JSON does not tell ``-N1`` apart).
+    """
+    nodes = job.node_count if job.node_count and job.node_count > 0 else None
+    multi = nodes if nodes is not None and nodes > 1 else None
+    per_job = single_request(job.tres_per_job)
+    if per_job is not None and per_job.count > 0:
+        return GpuShape(per_job.count, per_job.gpu_type, multi, None)
+    per_node = single_request(job.tres_per_node)
+    if per_node is not None and per_node.count > 0:
+        width = nodes or 1
+        return GpuShape(per_node.count * width, per_node.gpu_type, width, per_node.count)
+    per_task = single_request(job.tres_per_task)
+    if per_task is not None and per_task.count > 0:
+        return GpuShape(per_task.count * (job.tasks or 1), per_task.gpu_type, multi, None)
+    return None
+
+
+def to_core_job(job: SlurmJob) -> Job | None:
+    """The job's GPU request as a core :class:`Job`; None when it asks for no GPU."""
+    shape = gpu_shape(job)
+    if shape is None:
+        return None
+    return Job(
+        job_id=job.job_id,
+        submit_time=job.submit_time or 0.0,
+        num_gpus=shape.num_gpus,
+        user=job.user,
+        partition=job.partition,
+        num_nodes=shape.num_nodes,
+        gpus_per_node=shape.gpus_per_node,
+        gpu_type=shape.gpu_type,
+        time_limit=job.time_limit_s,
+    )
+
+
+def placement_of(job: SlurmJob, core: Job) -> Placement | None:
+    """Where a started job runs: per-node GPUs from gres_detail, else from its request."""
+    if not job.nodes:
+        return None
+    detail = [sum(c.count for c in gpu_counts(d)) for d in job.gres_detail]
+    if len(detail) == len(job.nodes):
+        return Placement(job.nodes, tuple(detail))
+    if core.gpus_per_node is not None:
+        return Placement(job.nodes, (core.gpus_per_node,) * len(job.nodes))
+    return Placement(job.nodes, _spread(core.num_gpus, len(job.nodes)))
+
+
+# -- nodes --------------------------------------------------------------------------------
+
+
+def node_gpus(node: SlurmNode) -> tuple[str, int, int]:
+    """(GPU type, GPUs configured, GPUs in use). A node with several types reports the
+    first type and the sum of all (core.Node has one type per node)."""
+    counts = gpu_counts(node.gres)
+    types = [c.gpu_type for c in counts if c.gpu_type]
+    total = sum(c.count for c in counts)
+    used = sum(c.count for c in gpu_counts(node.gres_used))
+    return (types[0] if types else "gpu"), total, min(used, total)
+
+
+def build_cluster(
+    nodes: Iterable[SlurmNode], name: str, config: SourceConfig
+) -> tuple[Cluster, tuple[int, ...]]:
+    """The GPU nodes (in the managed partitions) and how many GPUs each has free."""
+    members: list[Node] = []
+    free: list[int] = []
+    for node in nodes:
+        gpu_type, total, used = node_gpus(node)
+        if total <= 0 or not in_partitions(node.partitions, config.partitions):
+            continue
+        price = config.price_per_gpu_hour.get(gpu_type, 0.0)
+        members.append(Node(node.name, gpu_type, total, price_per_gpu_hour=price))
+        free.append(total - used if node.usable else 0)
+    return Cluster(name, tuple(members)), tuple(free)
+
+
+# -- the source ---------------------------------------------------------------------------
+
+
+class SlurmSource:
+    """Builds one :class:`ClusterSnapshot` per call from ``client.jobs()`` and ``nodes()``."""
+
+    def __init__(
+        self,
+        client: SlurmClient,
+        config: SourceConfig | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.config = config or SourceConfig()
+        self.clock = clock
+        self.last_state: SlurmState | None = None
+        self._reported: set[str] = set()
+        self._placements: dict[str, Placement] = {}
+
+    def state(self) -> SlurmState:
+        """Query Slurm once (squeue, sinfo) and keep the result as :attr:`last_state`."""
+        now = self.clock()
+        jobs = self.client.jobs()
+        nodes = self.client.nodes()
+        managed = {j.job_id: j for j in jobs.jobs if self._is_managed(j)}
+        self.last_state = SlurmState(now, jobs, nodes, MappingProxyType(managed))
+        return self.last_state
+
+    def snapshot(self) -> ClusterSnapshot:
+        state = self.state()
+        name = self.config.cluster_name or state.nodes.meta.cluster or "slurm"
+        cluster, free = build_cluster(state.nodes.nodes, name, self.config)
+        pending, running, finished = self._split(state.managed.values())
+        return ClusterSnapshot(state.time, cluster, free, pending, running, finished)
+
+    def _is_managed(self, job: SlurmJob) -> bool:
+        if job.array_pending or job.het_job:
+            return False
+        if not in_partitions(job.partition.split(","), self.config.partitions):
+            return False
+        return to_core_job(job) is not None
+
+    def _split(
+        self, jobs: Iterable[SlurmJob]
+    ) -> tuple[tuple[Job, ...], tuple[RunningJob, ...], tuple[FinishedJob, ...]]:
+        pending: list[Job] = []
+        running: list[RunningJob] = []
+        finished: list[FinishedJob] = []
+        seen: set[str] = set()
+        for job in jobs:
+            seen.add(job.job_id)
+            core = to_core_job(job)
+            if core is None:
+                continue
+            if job.is_pending:
+                self._reported.discard(job.job_id)  # a requeued job may finish again
+                pending.append(core)
+            elif job.is_active:
+                self._reported.discard(job.job_id)
+                running.extend(self._running(job, core))
+            elif job.is_finished:
+                finished.extend(self._finished(job, core))
+        self._forget_missing(seen)
+        pending.sort(key=lambda j: (j.submit_time, _numeric_id(j.job_id)))
+        return tuple(pending), tuple(running), tuple(finished)
+
+    def _running(self, job: SlurmJob, core: Job) -> list[RunningJob]:
+        placement = placement_of(job, core)
+        if placement is None or job.start_time is None:
+            return []
+        self._placements[job.job_id] = placement
+        return [RunningJob(core, job.start_time, placement)]
+
+    def _finished(self, job: SlurmJob, core: Job) -> list[FinishedJob]:
+        """A job that ran, reported once; jobs cancelled while pending never ran."""
+        if job.job_id in self._reported:
+            return []
+        self._reported.add(job.job_id)
+        placement = self._placements.get(job.job_id) or placement_of(job, core)
+        if placement is None or job.start_time is None or job.end_time is None:
+            return []
+        return [FinishedJob(core, job.start_time, job.end_time, placement, job.state)]
+
+    def _forget_missing(self, seen: set[str]) -> None:
+        # Jobs past MinJobAge leave squeue for good: drop what we kept about them.
+        self._reported &= seen
+        for job_id in list(self._placements):
+            if job_id not in seen:
+                del self._placements[job_id]
+
+
+def _numeric_id(job_id: str) -> int:
+    head = job_id.split("_")[0]
+    return int(head) if head.isdigit() else 0
