@@ -1,0 +1,296 @@
+"""Cluster specs: TOML files in ``sim/clusters/`` that describe a simulated cluster.
+
+A spec names its node groups (GPU type, node count, GPUs per node, host groups, price with
+the public source of that price) and, optionally, how its machines fluctuate::
+
+    name = "tiny"
+    description = "..."
+
+    [[node_groups]]
+    prefix = "v100"                 # node names v100-001, v100-002, ... (default: gpu_type)
+    gpu_type = "V100"               # a type the performance model knows (K80 P100 V100 T4 A100,
+                                    # an alias such as V100M32, or an assumed one such as MISC)
+    speed_like = "P100"             # optional, only for hardware without a measurement
+    count = 2
+    gpus_per_node = 8
+    host_group_size = 8             # optional: nodes per host group (rack), default all
+    host_groups = ["rack-01"]       # optional: their names, default rack-01, rack-02, ...
+    price_per_gpu_hour = 2.48
+    price_source = "GCP on-demand list price, us-central1"
+
+    [fluctuation]                   # optional; absent = no fluctuation
+    enabled = true
+    sigma = 0.05
+
+Unknown keys, wrong types and bad values are refused with one line that names the file and
+the key (an :class:`~slurm_rl.errors.InputError`); an unknown spec name raises
+:class:`~slurm_rl.errors.UnknownNameError`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from slurm_rl.core import Cluster, Node
+from slurm_rl.errors import InputError, UnknownNameError
+from slurm_rl.paths import REPO_DIR
+from slurm_rl.simulator.fluctuation import FluctuationConfig
+from slurm_rl.simulator.perfmodel import PerformanceModel
+
+SPEC_DIR = REPO_DIR / "sim" / "clusters"
+_NODE_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
+_GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_TOML_LINE = re.compile(r"at line (\d+)")
+_DEFAULTS = FluctuationConfig()
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class _NodeGroup(_Strict):
+    gpu_type: str = Field(min_length=1)
+    count: int = Field(ge=1)
+    gpus_per_node: int = Field(ge=1, le=64)
+    price_per_gpu_hour: float = Field(ge=0, allow_inf_nan=False)
+    price_source: str = Field(min_length=1)
+    prefix: str | None = None
+    speed_like: str | None = None
+    host_group_size: int | None = Field(default=None, ge=1)
+    host_groups: list[str] | None = Field(default=None, min_length=1)
+
+
+class _Fluctuation(_Strict):
+    enabled: bool = True
+    sigma: float = Field(default=_DEFAULTS.sigma, ge=0, allow_inf_nan=False)
+    tau_s: float = Field(default=_DEFAULTS.tau_s, gt=0, allow_inf_nan=False)
+    step_s: float = Field(default=_DEFAULTS.step_s, gt=0, allow_inf_nan=False)
+    straggler_share: float = Field(default=_DEFAULTS.straggler_share, ge=0, le=1)
+    straggler_factor: float = Field(default=_DEFAULTS.straggler_factor, gt=0, le=1)
+    seed: int = 0
+
+
+class _Spec(_Strict):
+    name: str = Field(min_length=1)
+    description: str = Field(min_length=1)
+    node_groups: list[_NodeGroup] = Field(min_length=1)
+    fluctuation: _Fluctuation | None = None
+
+
+_MODELS: dict[str, type[BaseModel]] = {
+    "": _Spec, "node_groups": _NodeGroup, "fluctuation": _Fluctuation
+}
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A loaded spec: the cluster, how its machines fluctuate, and where it came from.
+
+    ``speed_like`` maps GPU names the spec declared as "as fast as" a measured type;
+    ``price_sources`` maps each node group's prefix to the public source of its price.
+    """
+
+    cluster: Cluster
+    fluctuation: FluctuationConfig
+    description: str
+    path: Path
+    speed_like: Mapping[str, str] = field(default_factory=dict)
+    price_sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "speed_like", MappingProxyType(dict(self.speed_like)))
+        object.__setattr__(self, "price_sources", MappingProxyType(dict(self.price_sources)))
+
+    @property
+    def name(self) -> str:
+        return self.cluster.name
+
+    def performance_model(self, base: PerformanceModel | None = None) -> PerformanceModel:
+        """``base`` (default: the packaged model) with this spec's ``speed_like`` aliases."""
+        return (base or PerformanceModel.default()).with_aliases(self.speed_like)
+
+
+def list_cluster_specs() -> tuple[str, ...]:
+    """Names of the specs in ``sim/clusters/``."""
+    return tuple(sorted(p.stem for p in SPEC_DIR.glob("*.toml")))
+
+
+def spec_path(name_or_path: str | Path) -> Path:
+    """The file a spec name (``tiny``) or path (``my/cluster.toml``) refers to."""
+    text = str(name_or_path)
+    if isinstance(name_or_path, Path) or text.endswith(".toml") or "/" in text:
+        path = Path(text)
+        if not path.is_file():
+            raise InputError("no such cluster spec file", path=path)
+        return path
+    path = SPEC_DIR / f"{text}.toml"
+    if not path.is_file():
+        raise UnknownNameError("cluster spec", text, list_cluster_specs())
+    return path
+
+
+def load_cluster_spec(
+    name_or_path: str | Path, perf: PerformanceModel | None = None
+) -> ClusterSpec:
+    """Read, validate and build a cluster spec; every problem is one line naming file and key."""
+    path = spec_path(name_or_path)
+    raw = _read_toml(path)
+    try:
+        spec = _Spec.model_validate(raw)
+    except ValidationError as error:
+        raise _input_error(error, path) from None
+    return _build(spec, path, perf or PerformanceModel.default())
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        found = _TOML_LINE.search(str(error))
+        line = int(found.group(1)) if found else None
+        raise InputError(f"not valid TOML: {error}", path=path, line=line) from None
+    except OSError as error:
+        raise InputError(f"cannot read: {error.strerror}", path=path) from None
+
+
+def _input_error(error: ValidationError, path: Path) -> InputError:
+    """The most telling pydantic error (an unknown key first) as one InputError."""
+    errors = sorted(error.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    first = errors[0]
+    loc = tuple(first["loc"])
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    return InputError(_reason(first, loc) + more, path=path, column=_dotted(loc))
+
+
+def _reason(error: Mapping[str, Any], loc: tuple[Any, ...]) -> str:
+    if error["type"] == "extra_forbidden":
+        allowed = ", ".join(_MODELS[str(loc[0]) if len(loc) > 1 else ""].model_fields)
+        return f"unknown key (allowed here: {allowed})"
+    if error["type"] == "missing":
+        return "missing required key"
+    return f"{error['msg']} (got {error.get('input')!r})"
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+# ----- building the cluster -------------------------------------------------------------------
+
+
+def _build(spec: _Spec, path: Path, perf: PerformanceModel) -> ClusterSpec:
+    speed_like: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    prefixes: set[str] = set()
+    rack_names = _RackNamer(spec.node_groups)
+    nodes: list[Node] = []
+    for index, group in enumerate(spec.node_groups):
+        where = f"node_groups[{index}]"
+        _check_gpu_type(group, perf, path, where, speed_like)
+        prefix = _prefix(group, path, where, prefixes)
+        racks = _host_groups(group, path, where, rack_names)
+        nodes.extend(_nodes(group, prefix, racks))
+        sources[prefix] = group.price_source
+    if not _NODE_NAME.match(spec.name):
+        raise InputError("cluster name must be lower-case letters, digits and '-'", path=path,
+                         column="name")
+    cluster = Cluster(spec.name, tuple(nodes))
+    return ClusterSpec(cluster, _fluctuation(spec.fluctuation), spec.description.strip(), path,
+                       speed_like, sources)
+
+
+def _check_gpu_type(
+    group: _NodeGroup, perf: PerformanceModel, path: Path, where: str, speed_like: dict[str, str]
+) -> None:
+    if group.speed_like is None:
+        try:
+            perf.canonical_gpu_type(group.gpu_type)
+        except UnknownNameError as error:
+            raise InputError(f"{error}; or add speed_like = \"<measured type>\"", path=path,
+                             column=f"{where}.gpu_type") from None
+        return
+    if group.speed_like not in perf.gpu_types:
+        raise InputError(f"speed_like must be a measured type ({', '.join(perf.gpu_types)}), "
+                         f"not {group.speed_like!r}", path=path, column=f"{where}.speed_like")
+    if perf.is_measured(group.gpu_type):
+        raise InputError(f"{group.gpu_type!r} is measured; speed_like is only for hardware "
+                         "without a measurement", path=path, column=f"{where}.speed_like")
+    speed_like[group.gpu_type] = group.speed_like
+
+
+def _prefix(group: _NodeGroup, path: Path, where: str, seen: set[str]) -> str:
+    prefix = group.prefix if group.prefix is not None else group.gpu_type.lower()
+    if not _NODE_NAME.match(prefix):
+        raise InputError(f"node name prefix {prefix!r} must be lower-case letters, digits and "
+                         "'-', starting with a letter", path=path, column=f"{where}.prefix")
+    if prefix in seen:
+        raise InputError(f"prefix {prefix!r} is used by another node group (node names would "
+                         "clash)", path=path, column=f"{where}.prefix")
+    seen.add(prefix)
+    return prefix
+
+
+class _RackNamer:
+    """Default host-group names rack-01, rack-02, ... numbered across the whole spec."""
+
+    def __init__(self, groups: list[_NodeGroup]) -> None:
+        total = sum(len(_rack_sizes(g)) for g in groups if g.host_groups is None)
+        self._width = max(2, len(str(total)))
+        self._next = 1
+
+    def take(self, count: int) -> list[str]:
+        names = [f"rack-{i:0{self._width}d}" for i in range(self._next, self._next + count)]
+        self._next += count
+        return names
+
+
+def _rack_sizes(group: _NodeGroup) -> list[int]:
+    """Nodes per host group, in order; the last group may be smaller."""
+    size = group.host_group_size
+    if size is None:
+        parts = len(group.host_groups) if group.host_groups else 1
+        size = math.ceil(group.count / parts)
+    full, rest = divmod(group.count, size)
+    return [size] * full + ([rest] if rest else [])
+
+
+def _host_groups(group: _NodeGroup, path: Path, where: str, namer: _RackNamer) -> list[str]:
+    """The host group of each node of ``group``, in node order."""
+    sizes = _rack_sizes(group)
+    names = group.host_groups if group.host_groups is not None else namer.take(len(sizes))
+    if len(names) != len(sizes):
+        raise InputError(f"{group.count} nodes in host groups of {sizes[0]} need {len(sizes)} "
+                         f"names, not {len(names)}", path=path, column=f"{where}.host_groups")
+    for name in names:
+        if not _GROUP_NAME.match(name):
+            raise InputError(f"bad host group name {name!r}", path=path,
+                             column=f"{where}.host_groups")
+    return [name for name, size in zip(names, sizes, strict=True) for _ in range(size)]
+
+
+def _nodes(group: _NodeGroup, prefix: str, racks: list[str]) -> list[Node]:
+    width = max(3, len(str(group.count)))
+    return [
+        Node(f"{prefix}-{i + 1:0{width}d}", group.gpu_type, group.gpus_per_node, rack,
+             group.price_per_gpu_hour)
+        for i, rack in enumerate(racks)
+    ]
+
+
+def _fluctuation(section: _Fluctuation | None) -> FluctuationConfig:
+    if section is None:
+        return FluctuationConfig.disabled()
+    return FluctuationConfig(**section.model_dump())
