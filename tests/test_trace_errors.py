@@ -91,6 +91,11 @@ def test_missing_column_with_explicit_format(tmp_path: Path) -> None:
     expect_error(path, 1, "scheduled_time", "missing column 'scheduled_time'", "pai2023")
 
 
+def test_column_named_twice(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.csv", f"{SCHEMA_HEADER},duration", "a,0,1,5,6")
+    expect_error(path, 1, "duration", "column 'duration' appears more than once")
+
+
 def test_negative_duration(tmp_path: Path) -> None:
     expect_error(
         philly(tmp_path, "2017-10-09 07:01:55,-5,1,-5,c"), 3, "duration", "negative duration"

@@ -93,7 +93,9 @@ class NumberedLines:
         return InputError(message, path=self.path, line=line if line else self.line + 1)
 
 
-def content_lines(lines: NumberedLines, comments: list[str], comment_mark: str) -> Iterator[str]:
+def content_lines(
+    lines: NumberedLines, comments: list[str], comment_mark: str
+) -> Generator[str, None, None]:
     """The lines that are neither blank nor comments; comment texts are appended to ``comments``."""
     for text in lines:
         if text.startswith(comment_mark):
@@ -103,18 +105,43 @@ def content_lines(lines: NumberedLines, comments: list[str], comment_mark: str) 
 
 
 class CsvTable:
-    """A CSV trace file: ``#`` comment lines, a header line, then rows."""
+    """A CSV trace file: ``#`` comment lines, a header line, then rows.
+
+    Use it in a ``with`` block: leaving it closes the file even when a row was bad.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.lines = NumberedLines(path)
         self.path = self.lines.path
         self.comments: list[str] = []
-        self._reader = csv.reader(content_lines(self.lines, self.comments, "#"))
+        self._source = content_lines(self.lines, self.comments, "#")
+        self._reader = csv.reader(self._source)
+        try:
+            self.header = self._read_header()
+        except InputError:
+            self.close()
+            raise
+        self.header_line = self.lines.line
+
+    def __enter__(self) -> CsvTable:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._source.close()
+
+    def _read_header(self) -> list[str]:
         header = self._next_row()
         if header is None:
             raise InputError("the file is empty (no header line)", path=self.path, line=1)
-        self.header = [name.strip().lstrip("\ufeff") for name in header]
-        self.header_line = self.lines.line
+        names = [name.strip().lstrip("\ufeff") for name in header]
+        for name in names:
+            if names.count(name) > 1:
+                message = f"column {name!r} appears more than once in the header"
+                raise InputError(message, path=self.path, line=self.lines.line, column=name)
+        return names
 
     def _next_row(self) -> list[str] | None:
         try:

@@ -65,20 +65,20 @@ _NO_GPU = "no GPU"
 
 def read_helios(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
     """The original HeliosData ``cluster_log.csv`` layout."""
-    table = CsvTable(path)
-    columns = table.require(HELIOS_COLUMNS)
-    for optional in ("node_num", "duration", "start_time", "end_time"):
-        columns[optional] = table.column(optional)
-    builder = collect_rows(table, partial(_helios_job, columns), skip_bad_rows)
+    with CsvTable(path) as table:
+        columns = table.require(HELIOS_COLUMNS)
+        for optional in ("node_num", "duration", "start_time", "end_time"):
+            columns[optional] = table.column(optional)
+        builder = collect_rows(table, partial(_helios_job, columns), skip_bad_rows)
     source = f"{HELIOS_SOURCE}, cluster_log.csv; read from {table.path}"
     return builder.finish(trace_name(table.path), HELIOS_REFERENCE_GPU, source)
 
 
 def read_venus_slice(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
     """The re-formatted two-VC Venus slice (microsecond submit times, ``#`` comments)."""
-    table = CsvTable(path)
-    columns = table.require(VENUS_SLICE_COLUMNS)
-    builder = collect_rows(table, partial(_venus_slice_job, columns), skip_bad_rows)
+    with CsvTable(path) as table:
+        columns = table.require(VENUS_SLICE_COLUMNS)
+        builder = collect_rows(table, partial(_venus_slice_job, columns), skip_bad_rows)
     source = f"{VENUS_SLICE_SOURCE}; read from {table.path}"
     return builder.finish(trace_name(table.path), HELIOS_REFERENCE_GPU, source)
 

@@ -45,10 +45,10 @@ PAI_COLUMNS = ("name", "num_gpu", "creation_time", "deletion_time", "scheduled_t
 
 
 def read_pai2023(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
-    table = CsvTable(path)
-    columns = table.require(PAI_COLUMNS)
-    columns["gpu_spec"] = table.column("gpu_spec")
-    builder = collect_rows(table, partial(_pai_job, columns), skip_bad_rows)
+    with CsvTable(path) as table:
+        columns = table.require(PAI_COLUMNS)
+        columns["gpu_spec"] = table.column("gpu_spec")
+        builder = collect_rows(table, partial(_pai_job, columns), skip_bad_rows)
     source = f"{PAI_SOURCE}; read from {table.path}"
     return builder.finish(trace_name(table.path), PAI_REFERENCE_GPU, source)
 

@@ -37,9 +37,9 @@ PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
 
 
 def read_philly(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
-    table = CsvTable(path)
-    columns = table.require(PHILLY_COLUMNS)
-    builder = collect_rows(table, partial(_philly_job, columns), skip_bad_rows)
+    with CsvTable(path) as table:
+        columns = table.require(PHILLY_COLUMNS)
+        builder = collect_rows(table, partial(_philly_job, columns), skip_bad_rows)
     source = f"{PHILLY_SOURCE}; read from {table.path}"
     return builder.finish(trace_name(table.path), PHILLY_REFERENCE_GPU, source)
 

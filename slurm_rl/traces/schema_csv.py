@@ -45,12 +45,12 @@ _REFERENCE_GPU_KEY = "reference_gpu"
 
 
 def read_schema_csv(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
-    table = CsvTable(path)
-    columns = table.require(REQUIRED_COLUMNS)
-    columns.update({name: table.column(name) for name in OPTIONAL_COLUMNS})
-    _reject_unknown_columns(table)
-    reference_gpu = _reference_gpu(table)
-    builder = collect_rows(table, partial(_schema_job, columns), skip_bad_rows)
+    with CsvTable(path) as table:
+        columns = table.require(REQUIRED_COLUMNS)
+        columns.update({name: table.column(name) for name in OPTIONAL_COLUMNS})
+        _reject_unknown_columns(table)
+        reference_gpu = _reference_gpu(table)
+        builder = collect_rows(table, partial(_schema_job, columns), skip_bad_rows)
     source = f"slurm-rl CSV trace {table.path}"
     return builder.finish(trace_name(table.path), reference_gpu, source)
 

@@ -15,7 +15,8 @@ like every trace clock here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -69,23 +70,28 @@ def read_swf(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
     lines = NumberedLines(path)
     comments: list[str] = []
     builder = TraceBuilder(lines.path, skip_bad_rows)
-    rows = _numbered_rows(lines, comments)
-    first = next(rows, None)
-    header = _header_fields(comments)
-    clock = _local_clock(header, lines.path)
-    for line, fields in _chain(first, rows):
+    with closing(_numbered_rows(lines, comments)) as rows:
+        first = next(rows, None)  # reading the first row has read the whole ';' header
+        header = _header_fields(comments)
+        _collect(_chain(first, rows), _local_clock(header, lines.path), builder)
+    return builder.finish(trace_name(lines.path), SWF_REFERENCE_GPU, _source(header, lines.path))
+
+
+def _numbered_rows(
+    lines: NumberedLines, comments: list[str]
+) -> Generator[tuple[int, list[str]], None, None]:
+    for text in content_lines(lines, comments, ";"):
+        yield lines.line, text.split()
+
+
+def _collect(rows: Iterator[tuple[int, list[str]]], clock: Clock, builder: TraceBuilder) -> None:
+    for line, fields in rows:
         try:
             job = _swf_job(fields, clock)
         except RowError as error:
             builder.bad_row(error, line)
         else:
             builder.add(job, line)
-    return builder.finish(trace_name(lines.path), SWF_REFERENCE_GPU, _source(header, lines.path))
-
-
-def _numbered_rows(lines: NumberedLines, comments: list[str]) -> Iterator[tuple[int, list[str]]]:
-    for text in content_lines(lines, comments, ";"):
-        yield lines.line, text.split()
 
 
 def _chain(
