@@ -358,4 +358,6 @@ def test_trace_job_fields_are_modelled_consistently(philly: Trace) -> None:
 def test_gpu_type_names_are_case_insensitive() -> None:
     assert canonical_gpu_type("v100m32") == "V100M32"
     assert canonical_gpu_type(" a100 ") == "A100"
-    assert canonical_gpu_type("V100-SXM2") is None
+    assert canonical_gpu_type("v100-sxm2") == "V100-SXM2"
+    assert canonical_gpu_type("V100 SXM2") is None
+    assert canonical_gpu_type("GTX1080") is None

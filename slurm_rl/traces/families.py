@@ -56,8 +56,9 @@ TIME_LIMIT_SAFETY_FACTOR = 1.5
 _TIME_LIMIT_STEP_BEYOND_LADDER = 30 * DAY
 
 # GPU type names the readers accept (case-insensitive, returned in this spelling). The
-# performance model owns the speeds; this list only catches misspellings in trace files.
-# "V100M16"/"V100M32" are V100s with 16/32 GB, spelled as in the Alibaba PAI traces.
+# performance model owns the speeds and may know fewer types; this list only catches
+# misspellings in trace files. "V100M16"/"V100M32" (16/32 GB) and the undisclosed "G1"-"G3" are
+# spelled as in the Alibaba PAI traces; the dashed names are common vendor spellings.
 KNOWN_GPU_TYPES: tuple[str, ...] = (
     "K80",
     "M40",
@@ -67,15 +68,25 @@ KNOWN_GPU_TYPES: tuple[str, ...] = (
     "V100",
     "V100M16",
     "V100M32",
+    "V100-16GB",
+    "V100-32GB",
+    "V100-PCIE",
+    "V100-SXM2",
     "A10",
     "A30",
     "A40",
     "A100",
+    "A100M40",
     "A100M80",
+    "A100-40GB",
+    "A100-80GB",
     "L4",
     "L40S",
     "H100",
     "H200",
+    "G1",
+    "G2",
+    "G3",
 )
 _GPU_TYPES_BY_UPPER = {name.upper(): name for name in KNOWN_GPU_TYPES}
 
