@@ -412,7 +412,10 @@ def pollux_node_sharing(perfdata: Path, app: str) -> float:
     """Per-GPU compute time of 1 GPU alone / with the node's other 3 GPUs busy (placement '4'),
     median over batches: how much busy neighbours on *other* GPUs of a node slow a GPU down."""
     times = pollux_step_times(perfdata, app, column="compute_time")
-    ratios = [t / times[((4,), b)] for (s, b), t in times.items() if s == (1,) and ((4,), b) in times]
+    ratios = [
+        t / times[((4,), b)] for (shape, b), t in times.items()
+        if shape == (1,) and ((4,), b) in times
+    ]
     return median(ratios)
 
 

@@ -84,7 +84,9 @@ class MachineFluctuation:
         self._offset, self._x = self._initial_state(np.random.default_rng(setup))
         self._factors = self._compute_factors()
 
-    def _initial_state(self, rng: np.random.Generator) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    def _initial_state(
+        self, rng: np.random.Generator
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         offset = np.zeros(self._n)
         x = np.zeros(self._n)
         if not self.config.enabled:

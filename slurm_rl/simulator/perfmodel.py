@@ -107,7 +107,9 @@ class PerformanceModel:
         }
         spread = tables["spread"]
         self._k_max = int(spread["k_max"])
-        self._spread = {f: (float(p["c"]), float(p["beta"])) for f, p in spread["by_family"].items()}
+        self._spread = {
+            f: (float(p["c"]), float(p["beta"])) for f, p in spread["by_family"].items()
+        }
         colocation = tables["colocation"]
         self._alpha = float(colocation["alpha"])
         self._same_gpu: dict[str, dict[str, float]] = {
