@@ -354,20 +354,17 @@ def _nodes_and_gpus(shape: tuple[int, ...]) -> tuple[int, int]:
     return len(shape), sum(shape)
 
 
-def fit_spread(points: Mapping[int, tuple[float, int]]) -> tuple[float, float]:
-    """Weighted least squares of log r = log c - beta log(k/2) over k >= 2 (weights = number
-    of placements), then clamped so that the curve is <= 1 and never rises with k."""
-    xs = [math.log(k / 2) for k in points]
-    ys = [math.log(r) for r, _ in points.values()]
-    ws = [float(n) for _, n in points.values()]
-    total = sum(ws)
-    mx = sum(w * x for w, x in zip(ws, xs, strict=True)) / total
-    my = sum(w * y for w, y in zip(ws, ys, strict=True)) / total
-    sxx = sum(w * (x - mx) ** 2 for w, x in zip(ws, xs, strict=True))
-    sxy = sum(w * (x - mx) * (y - my) for w, x, y in zip(ws, xs, ys, strict=True))
-    beta = max(0.0, -sxy / sxx)
-    log_c = my + beta * mx
-    return min(1.0, math.exp(log_c)), beta
+def isotonic_spread(points: Mapping[int, tuple[float, int]]) -> dict[int, float]:
+    """The weighted least-squares non-increasing fit to the per-k medians (pool adjacent
+    violators; weights = number of placements), capped at 1: spreading wider never helps."""
+    blocks: list[list[float]] = []  # [weighted sum, weight, number of k values]
+    for _, (ratio, count) in sorted(points.items()):
+        blocks.append([ratio * count, float(count), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] < blocks[-1][0] / blocks[-1][1]:
+            last = blocks.pop()
+            blocks[-1] = [a + b for a, b in zip(blocks[-1], last, strict=True)]
+    values = [min(1.0, total / weight) for total, weight, n in blocks for _ in range(int(n))]
+    return dict(zip(sorted(points), values, strict=True))
 
 
 def derive_spread(perfdata: Path) -> dict[str, Any]:
@@ -375,16 +372,20 @@ def derive_spread(perfdata: Path) -> dict[str, Any]:
     pooled: dict[int, list[tuple[float, int]]] = defaultdict(list)
     for family in FAMILIES:
         points = pollux_spread_points(perfdata, family)
-        c, beta = fit_spread(points)
-        out[family] = {"c": sig(c), "beta": sig(beta),
-                       "points": {str(k): sig(r) for k, (r, _) in points.items()}}
+        out[family] = _spread_entry(points)
         for k, point in points.items():
             pooled[k].append(point)
     merged = {k: (geomean(r for r, _ in v), sum(n for _, n in v)) for k, v in pooled.items()}
-    c, beta = fit_spread(merged)
-    out[ANY] = {"c": sig(c), "beta": sig(beta),
-                "points": {str(k): sig(r) for k, (r, _) in sorted(merged.items())}}
+    out[ANY] = _spread_entry(dict(sorted(merged.items())))
     return out
+
+
+def _spread_entry(points: Mapping[int, tuple[float, int]]) -> dict[str, Any]:
+    return {
+        "table": {str(k): sig(v) for k, v in isotonic_spread(points).items()},
+        "points": {str(k): sig(r) for k, (r, _) in points.items()},
+        "placements": {str(k): n for k, (_, n) in points.items()},
+    }
 
 
 # ----- co-location --------------------------------------------------------------------------

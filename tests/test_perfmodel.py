@@ -237,3 +237,21 @@ def test_a_malformed_table_is_one_clear_error(tmp_path: Path) -> None:
     path.write_text("{")
     with pytest.raises(InputError, match="cannot read performance table"):
         PerformanceModel.from_file(path)
+
+
+def test_spread_table_is_the_isotonic_fit_of_the_measured_points() -> None:
+    tables = json.loads(TABLES_PATH.read_text())
+    for family, entry in tables["spread"]["by_family"].items():
+        ks = sorted(entry["points"], key=int)
+        table = [entry["table"][k] for k in ks]
+        assert all(b <= a <= 1 for a, b in zip(table, table[1:], strict=False)), family
+        # pooling adjacent violators keeps the weighted mean of the measured points
+        weights = [entry["placements"][k] for k in ks]
+        measured = sum(w * entry["points"][k] for w, k in zip(weights, ks, strict=True))
+        fitted = sum(w * t for w, t in zip(weights, table, strict=True))
+        assert fitted == pytest.approx(measured, rel=1e-3), family
+
+
+def test_isotonic_fit_pools_only_violating_neighbours() -> None:
+    fit = _derive_script().isotonic_spread({2: (0.5, 1), 3: (0.7, 1), 4: (0.4, 2), 8: (0.3, 1)})
+    assert fit == {2: 0.6, 3: 0.6, 4: 0.4, 8: 0.3}

@@ -7,11 +7,14 @@ bridge and assumption. Three independent factors:
 
 * **Type speed** ``s(f, g)``: per-GPU throughput of family ``f`` on type ``g`` relative to
   V100. ``relative_speed(f, g, ref) = s(f, g) / s(f, ref)``.
-* **Spread** over ``k`` nodes (Pollux, fitted per family, saturating at the widest measured
-  spread ``K = 16`` nodes)::
+* **Spread** over ``k`` nodes: ``T_f(k)``, the weighted isotonic (non-increasing) fit to
+  Pollux's measured per-GPU throughput of ``k``-node placements relative to one node, at
+  ``k`` in {2, 3, 4, 6, 8, 12, 16}; linear in ``log k`` between those, saturating at the
+  widest measured spread ``K = 16``::
 
-      spread(f, k) = 1                                     k = 1
-                   = min(1, c_f · (min(k, K) / 2)^(-beta_f))  k >= 2
+      spread(f, k) = 1             k = 1
+                   = T_f(k)        2 <= k <= K   (interpolated in log k)
+                   = T_f(K)        k > K
 
   A placement crossing host groups (racks) has no measurement; it is modelled as the widest
   measured spread, ``spread(f, K)`` (assumption).
@@ -107,8 +110,9 @@ class PerformanceModel:
         }
         spread = tables["spread"]
         self._k_max = int(spread["k_max"])
-        self._spread = {
-            f: (float(p["c"]), float(p["beta"])) for f, p in spread["by_family"].items()
+        self._spread: dict[str, tuple[tuple[int, float], ...]] = {
+            f: tuple(sorted((int(k), float(v)) for k, v in p["table"].items()))
+            for f, p in spread["by_family"].items()
         }
         colocation = tables["colocation"]
         self._alpha = float(colocation["alpha"])
@@ -227,11 +231,15 @@ class PerformanceModel:
     def _spread_by_nodes(self, family: str, nodes: int, same_host_group: bool) -> float:
         if nodes <= 1 and same_host_group:
             return 1.0
-        c, beta = self._spread[family]
+        table = self._spread[family]
         # Beyond the widest measured spread the factor saturates; a cross-group placement is
         # modelled as the widest measured spread (no measurement crosses host groups).
         span = self._k_max if not same_host_group else min(nodes, self._k_max)
-        return min(1.0, c * float((span / 2.0) ** (-beta)))
+        for (k_lo, lo), (k_hi, hi) in zip(table, table[1:], strict=False):
+            if k_lo <= span <= k_hi:
+                w = math.log(span / k_lo) / math.log(k_hi / k_lo)
+                return min(1.0, lo + w * (hi - lo))
+        return min(1.0, table[0][1] if span <= table[0][0] else table[-1][1])
 
     # ----- co-location ----------------------------------------------------------------------
 
