@@ -100,6 +100,8 @@ class DevCluster:
         if current.running:
             return current
         ensure_installed()
+        if self.config.users:
+            _check_traversable(self.root.parent)
         self._stop_processes(current)
         self._prepare_root()
         ensure_users(self.config.users)
@@ -329,6 +331,17 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def _check_traversable(directory: Path) -> None:
+    """Jobs of the test users run as them: every directory above the root needs o+x."""
+    for path in (directory, *directory.parents):
+        if path.exists() and not path.stat().st_mode & 0o001:
+            raise DevClusterError(
+                f"{path} is not searchable by other users (mode "
+                f"{oct(path.stat().st_mode & 0o777)}); jobs of the test users could not "
+                "reach their working directory: chmod o+x it or choose another --root"
+            )
 
 
 # -- processes (by pid only) ------------------------------------------------------------

@@ -1,0 +1,73 @@
+"""A fake of the subprocess boundary: answers recorded Slurm output by argv."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurm_rl.slurm.proc import CommandResult
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "slurm"
+
+
+def fixture_text(version: str, name: str) -> str:
+    return (FIXTURES / version / name).read_text()
+
+
+def recorded_answer(version: str, name: str) -> CommandResult:
+    """A ``scontrol update`` answer saved as JSON by record_22_05.py."""
+    data = json.loads(fixture_text(version, name))
+    return CommandResult(tuple(data["argv"]), data["returncode"], data["stdout"], data["stderr"])
+
+
+@dataclass
+class FakeRunner:
+    """Maps an argv (as a tuple) to a result or an exception; records every call.
+
+    Unknown commands fail the way a missing binary would, so a test notices them.
+    """
+
+    answers: dict[tuple[str, ...], CommandResult | Exception] = field(default_factory=dict)
+    default: CommandResult | None = None
+    calls: list[tuple[tuple[str, ...], float]] = field(default_factory=list)
+
+    def answer(self, argv: Sequence[str], stdout: str = "", rc: int = 0, stderr: str = "") -> None:
+        self.answers[tuple(argv)] = CommandResult(tuple(argv), rc, stdout, stderr)
+
+    def fail(self, argv: Sequence[str], error: Exception) -> None:
+        self.answers[tuple(argv)] = error
+
+    def __call__(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
+        key = tuple(argv)
+        self.calls.append((key, timeout_s))
+        found = self.answers.get(key, self.default)
+        if isinstance(found, Exception):
+            raise found
+        if found is None:
+            return CommandResult(key, 127, "", f"no fake answer for {' '.join(key)}")
+        return CommandResult(key, found.returncode, found.stdout, found.stderr)
+
+    @property
+    def argvs(self) -> list[tuple[str, ...]]:
+        return [argv for argv, _ in self.calls]
+
+
+def recorded_cluster(version: str) -> FakeRunner:
+    """A runner that answers squeue/sinfo/scontrol with one version's golden files."""
+    runner = FakeRunner()
+    if version == "22.05":
+        runner.answer(("sinfo", "--version"), fixture_text(version, "sinfo_version.txt"))
+        runner.answer(("sinfo", "--json"), fixture_text(version, "sinfo.json"))
+        runner.answer(
+            ("scontrol", "show", "job", "-o"), fixture_text(version, "scontrol_show_job.txt")
+        )
+    else:
+        runner.answer(("sinfo", "--version"), f"slurm {version}.3\n")
+        runner.answer(
+            ("scontrol", "show", "nodes", "--json"),
+            fixture_text(version, "scontrol_show_nodes.json"),
+        )
+    runner.answer(("squeue", "--json"), fixture_text(version, "squeue.json"))
+    return runner

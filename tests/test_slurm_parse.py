@@ -1,0 +1,349 @@
+"""Golden-file tests: Slurm's JSON and text output -> records -> ClusterSnapshot.
+
+22.05 files are recorded from a real Slurm (tests/fixtures/slurm/record_22_05.py); 23.11
+and 24.11 files are constructed from the data_parser documentation (see the README there).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from slurm_rl.core import Placement
+from slurm_rl.errors import SlurmRLError
+from slurm_rl.slurm.client import CliSlurmClient, parse_version
+from slurm_rl.slurm.errors import (
+    SlurmCommandError,
+    SlurmOutputError,
+    SlurmTimeoutError,
+    SlurmUnavailableError,
+)
+from slurm_rl.slurm.gres import GpuCount, GresFormatError, gpu_counts, single_request, total_gpus
+from slurm_rl.slurm.parse import parse_jobs, parse_nodes
+from slurm_rl.slurm.scontrol import parse_jobs_text, parse_nodes_text, parse_pairs
+from slurm_rl.slurm.source import SlurmSource, SourceConfig
+from tests.slurm.fakes import fixture_text, recorded_cluster
+
+# -- GRES / TRES strings ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("gpu:a100:8", [GpuCount("a100", 8)]),
+        ("gpu:a100:8(S:0-1)", [GpuCount("a100", 8)]),
+        ("gpu:8", [GpuCount(None, 8)]),
+        ("gres:gpu:a100:4", [GpuCount("a100", 4)]),
+        ("gres/gpu:a100:4", [GpuCount("a100", 4)]),
+        ("gres/gpu=4", [GpuCount(None, 4)]),
+        ("gres/gpu:a100=2", [GpuCount("a100", 2)]),
+        ("gres:gpu:1", [GpuCount(None, 1)]),
+        ("gpu:v100", [GpuCount("v100", 1)]),
+        ("gpu", [GpuCount(None, 1)]),
+        ("gpu:a100:4(IDX:0,2-3),gpu:v100:2(IDX:0-1)", [GpuCount("a100", 4), GpuCount("v100", 2)]),
+        ("tmpsize:7T,gpu:l40s:4(S:0-1)", [GpuCount("l40s", 4)]),
+        ("gpu:(null):0(IDX:N/A)", [GpuCount(None, 0)]),
+        ("gres:shard:2", []),
+        ("(null)", []),
+        ("N/A", []),
+        ("", []),
+    ],
+)
+def test_gpu_counts(text: str, expected: list[GpuCount]) -> None:
+    assert list(gpu_counts(text)) == expected
+
+
+def test_gpu_count_that_is_not_a_number_is_an_error() -> None:
+    with pytest.raises(GresFormatError, match="'x'"):
+        gpu_counts("gpu:a100:x")
+    with pytest.raises(GresFormatError):
+        gpu_counts("gres/gpu=four")
+
+
+def test_requests_merge_types_and_counts() -> None:
+    assert total_gpus("gpu:a100:4(IDX:0-3),gpu:v100:2") == 6
+    assert single_request("gres/gpu:a100:2,gres/gpu:v100:1") == GpuCount("a100", 3)
+    assert single_request("gres:shard:1") is None
+
+
+# -- 22.05 (recorded) ---------------------------------------------------------------------
+
+
+def _jobs_2205() -> dict[str, str]:
+    roles: dict[str, str] = json.loads(fixture_text("22.05", "jobs.json"))
+    return roles
+
+
+def test_2205_squeue_fields() -> None:
+    report = parse_jobs(fixture_text("22.05", "squeue.json"))
+    roles = _jobs_2205()
+    jobs = {j.job_id: j for j in report.jobs}
+    assert report.meta.version == (22, 5, 8)
+    assert report.meta.data_format == "openapi/v0.0.38"
+    running = jobs[roles["running_multinode"]]
+    assert (running.state, running.user, running.partition) == ("RUNNING", "alice", "gpu")
+    assert running.nodes == ("a100-01", "a100-02")
+    assert running.required_nodes == ("a100-01", "a100-02")
+    assert running.gres_detail == ("gpu:a100:4(IDX:0-3)", "gpu:a100:4(IDX:0-3)")
+    assert running.time_limit_s == 30 * 60
+    prio = jobs[roles["pending_prio"]]
+    assert (prio.state, prio.reason, prio.priority) == ("PENDING", "BeginTime", 5000)
+    assert prio.admin_comment.startswith("slurm-rl:deferred:")
+    assert prio.eligible_time is not None and prio.submit_time is not None
+    assert prio.eligible_time - prio.submit_time == 3600
+    assert jobs[roles["user_begin"]].admin_comment == ""
+    assert jobs[roles["pending_unlimited"]].time_limit_s is None
+    assert jobs[roles["failed"]].exit_code == 3
+    assert jobs[roles["failed"]].is_finished
+    assert jobs[roles["pending_pinned"]].required_nodes == ("v100-03",)
+
+
+def test_2205_sinfo_states_and_gres() -> None:
+    report = parse_nodes(fixture_text("22.05", "sinfo.json"))
+    nodes = {n.name: n for n in report.nodes}
+    assert len(nodes) == 8
+    assert nodes["a100-01"].states == ("MIXED",)
+    assert nodes["a100-01"].gres_used == "gpu:a100:4(IDX:0-3)"
+    assert nodes["a100-04"].states == ("DOWN",) and not nodes["a100-04"].usable
+    assert nodes["v100-04"].states == ("IDLE", "DRAIN") and not nodes["v100-04"].usable
+    assert nodes["v100-02"].usable and nodes["v100-02"].partitions == ("gpu",)
+
+
+def _snapshot(version: str, config: SourceConfig | None = None) -> SlurmSource:
+    client = CliSlurmClient(runner=recorded_cluster(version))
+    return SlurmSource(client, config, clock=lambda: 1_800_000_000.0)
+
+
+def test_2205_snapshot() -> None:
+    roles = _jobs_2205()
+    source = _snapshot("22.05")
+    snap = source.snapshot()
+    assert snap.time == 1_800_000_000.0
+    assert [n.name for n in snap.cluster.nodes] == [
+        "a100-01", "a100-02", "a100-03", "a100-04", "v100-01", "v100-02", "v100-03", "v100-04",
+    ]  # fmt: skip
+    assert snap.cluster.gpu_types == ("a100", "v100")
+    # a100-04 is DOWN and v100-04 DRAINED: no free GPUs there, whatever gres_used says.
+    assert snap.free_gpus == (4, 4, 8, 0, 1, 4, 4, 0)
+    pending = {j.job_id: j for j in snap.pending}
+    assert list(pending) == [
+        roles[k] for k in ("pending_prio", "pending_pinned", "user_begin", "pending_unlimited")
+    ]
+    big = pending[roles["pending_prio"]]
+    assert (big.num_gpus, big.gpu_type, big.num_nodes, big.gpus_per_node) == (8, "a100", 1, 8)
+    assert big.time_limit == 3600 and big.user == "alice"
+    per_task = pending[roles["pending_pinned"]]
+    assert (per_task.num_gpus, per_task.num_nodes, per_task.gpus_per_node) == (2, None, None)
+    spread = pending[roles["pending_unlimited"]]
+    assert (spread.num_gpus, spread.num_nodes, spread.gpus_per_node) == (4, 2, None)
+    assert spread.time_limit is None
+    running = {r.job.job_id: r for r in snap.running}
+    assert set(running) == {roles["running_multinode"], roles["running_gpus"]}  # not cpu_only
+    assert running[roles["running_multinode"]].placement == Placement(
+        ("a100-01", "a100-02"), (4, 4)
+    )
+    assert running[roles["running_gpus"]].placement == Placement(("v100-01",), (3,))
+    finished = {f.job.job_id: f for f in snap.finished}
+    assert set(finished) == {roles["failed"], roles["completed"]}  # cancelled one never ran
+    assert finished[roles["failed"]].state == "FAILED"
+    assert finished[roles["completed"]].placement == Placement(("a100-01",), (2,))
+
+
+def test_finished_jobs_are_reported_once() -> None:
+    source = _snapshot("22.05")
+    assert len(source.snapshot().finished) == 2
+    assert source.snapshot().finished == ()
+
+
+def test_partition_filter_excludes_everything_elsewhere() -> None:
+    snap = _snapshot("22.05", SourceConfig(partitions=("other",))).snapshot()
+    assert snap.cluster.nodes == () and snap.pending == () and snap.running == ()
+
+
+def test_prices_come_from_the_config() -> None:
+    config = SourceConfig(price_per_gpu_hour={"a100": 3.0})
+    nodes = _snapshot("22.05", config).snapshot().cluster.nodes
+    assert {n.gpu_type: n.price_per_gpu_hour for n in nodes} == {"a100": 3.0, "v100": 0.0}
+
+
+# -- 23.11 / 24.11 (constructed) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["23.11", "24.11"])
+def test_newer_layouts_give_the_same_snapshot_shape(version: str) -> None:
+    offset = 0 if version == "23.11" else 100
+    ids = {name: str(n + offset) for name, n in (("mn", 101), ("gp", 102), ("pp", 103),
+                                                  ("pin", 104), ("unl", 106), ("fail", 107),
+                                                  ("done", 108), ("ending", 109))}  # fmt: skip
+    snap = _snapshot(version).snapshot()
+    names = [n.name for n in snap.cluster.nodes]
+    assert names == ["a100-01", "a100-02", "v100-01", "v100-02", "v100-03"]  # not cpu-01
+    assert snap.free_gpus == (2, 0, 0, 4, 0)  # DRAIN, DOWN+NOT_RESPONDING count as 0
+    pending = {j.job_id: j for j in snap.pending}
+    assert list(pending) == [ids["pp"], ids["pin"], ids["unl"]]  # not the array or het job
+    assert pending[ids["pp"]].num_gpus == 8 and pending[ids["pp"]].gpu_type == "a100"
+    assert pending[ids["unl"]].num_gpus == 4 and pending[ids["unl"]].time_limit is None
+    running = {r.job.job_id: r for r in snap.running}
+    # A COMPLETING job still holds its GPUs.
+    assert set(running) == {ids["mn"], ids["gp"], ids["ending"]}
+    assert running[ids["mn"]].placement == Placement(("a100-01", "a100-02"), (4, 4))
+    assert running[ids["mn"]].start_time == 1795970507
+    finished = {f.job.job_id: f for f in snap.finished}
+    assert set(finished) >= {ids["fail"], ids["done"]}
+
+
+def test_2411_exit_codes_and_skipped_records() -> None:
+    report = parse_jobs(fixture_text("24.11", "squeue.json"))
+    jobs = {j.job_id: j for j in report.jobs}
+    assert report.meta.version == (24, 11, 3)
+    assert report.meta.data_format == "data_parser/v0.0.42"
+    assert jobs["207"].exit_code == 3
+    assert jobs["210"].exit_code == 128 + 9  # killed by SIGKILL
+    assert jobs["211"].array_pending and jobs["212"].het_job
+    assert jobs["209"].state == "COMPLETED" and jobs["209"].is_active
+
+
+def test_2311_grouped_sinfo_layout() -> None:
+    report = parse_nodes(fixture_text("23.11", "sinfo.json"))
+    nodes = {n.name: n for n in report.nodes}
+    assert nodes["a100-02"].states == ("MIXED", "DRAIN")
+    assert nodes["a100-01"].gres_used == "gpu:a100:6(IDX:0-5)"
+    assert nodes["cpu-01"].gres == "" and nodes["v100-02"].partitions == ("gpu",)
+
+
+def test_newer_client_reads_nodes_from_scontrol_json() -> None:
+    runner = recorded_cluster("24.11")
+    CliSlurmClient(runner=runner).nodes()
+    assert ("scontrol", "show", "nodes", "--json") in runner.argvs
+
+
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [("slurm-wlm 22.05.8\n", (22, 5, 8)), ("slurm 24.11.3\n", (24, 11, 3))],
+)
+def test_parse_version(text: str, version: tuple[int, int, int]) -> None:
+    assert parse_version(text) == version
+
+
+# -- bad output ---------------------------------------------------------------------------
+
+
+def _mutated(mutate: object) -> str:
+    doc = json.loads(fixture_text("22.05", "squeue.json"))
+    assert callable(mutate)
+    mutate(doc)
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d["jobs"][0].__setitem__("job_state", {"x": 1}), "job 1: expected a state"),
+        (lambda d: d["jobs"][0].__setitem__("job_state", "WEIRD"), "unknown job state 'WEIRD'"),
+        (lambda d: d["jobs"][0].pop("job_id"), "job #0: field missing"),
+        (lambda d: d["jobs"][1].__setitem__("nodes", "a100-[01-"), "bad node list"),
+        (lambda d: d["jobs"][2].__setitem__("tres_per_node", "gres:gpu:a100:x:y"), "not a number"),
+        (lambda d: d["jobs"][2].__setitem__("submit_time", "yesterday"), "expected a number"),
+        (lambda d: d.pop("meta"), "missing 'meta'"),
+        (lambda d: d.pop("jobs"), "missing 'jobs' list"),
+        (lambda d: d["errors"].append({"error": "Zero Bytes", "errno": 1}), "Zero Bytes"),
+    ],
+)
+def test_bad_squeue_output_is_one_clear_error(mutate: object, message: str) -> None:
+    with pytest.raises(SlurmOutputError) as caught:
+        parse_jobs(_mutated(mutate))
+    text = str(caught.value)
+    assert message in text and text.startswith("squeue --json")
+    assert "\n" not in text
+
+
+def test_truncated_json_is_an_error() -> None:
+    text = fixture_text("22.05", "squeue.json")
+    with pytest.raises(SlurmOutputError, match="invalid or truncated JSON"):
+        parse_jobs(text[: len(text) // 2])
+    with pytest.raises(SlurmOutputError, match="empty output"):
+        parse_jobs("")
+
+
+def test_node_without_gres_field_is_an_error() -> None:
+    doc = json.loads(fixture_text("22.05", "sinfo.json"))
+    del doc["nodes"][3]["gres"]
+    with pytest.raises(SlurmOutputError, match=r"column 'gres': node a100-04: field missing"):
+        parse_nodes(json.dumps(doc))
+
+
+def test_client_errors_are_typed() -> None:
+    runner = recorded_cluster("22.05")
+    runner.answer(
+        ("squeue", "--json"),
+        rc=1,
+        stderr="squeue: error: Unable to contact slurm controller (connect failure)\n",
+    )
+    runner.fail(("sinfo", "--json"), SlurmTimeoutError(("sinfo", "--json"), 15.0))
+    client = CliSlurmClient(runner=runner)
+    with pytest.raises(SlurmUnavailableError, match="slurmctld is not reachable"):
+        client.jobs()
+    with pytest.raises(SlurmTimeoutError, match="did not answer within 15 s"):
+        client.nodes()
+    runner.answer(("squeue", "--json"), rc=1, stderr="squeue: error: something else\n")
+    with pytest.raises(SlurmCommandError, match="something else") as caught:
+        client.jobs()
+    assert isinstance(caught.value, SlurmRLError)
+
+
+# -- scontrol text ------------------------------------------------------------------------
+
+
+def test_parse_pairs_keeps_equals_and_spaces_in_values() -> None:
+    pairs = parse_pairs(
+        "JobId=5 TRES=cpu=2,mem=125G OS=Linux 6.1 #1 SMP CPUs/Task=1 ReqB:S:C:T=0:0:*:*"
+    )
+    assert pairs["TRES"] == "cpu=2,mem=125G"
+    assert pairs["OS"] == "Linux 6.1 #1 SMP"
+    assert pairs["CPUs/Task"] == "1" and pairs["ReqB:S:C:T"] == "0:0:*:*"
+
+
+def test_2205_scontrol_show_job() -> None:
+    roles = _jobs_2205()
+    jobs = {j.job_id: j for j in parse_jobs_text(fixture_text("22.05", "scontrol_show_job.txt"))}
+    running = jobs[roles["running_multinode"]]
+    assert running.required_nodes == ("a100-01", "a100-02")
+    assert (running.min_nodes, running.max_nodes) == (2, 2)
+    assert running.tres_per_node == "gres:gpu:a100:4" and running.user == "alice"
+    prio = jobs[roles["pending_prio"]]
+    assert (prio.state, prio.priority) == ("PENDING", 5000)
+    squeue = {j.job_id: j for j in parse_jobs(fixture_text("22.05", "squeue.json")).jobs}
+    # Text (local time, whole seconds) and JSON agree on the deferral's end.
+    assert prio.eligible_time == squeue[prio.job_id].eligible_time
+    assert prio.admin_comment == squeue[prio.job_id].admin_comment
+    assert jobs[roles["user_begin"]].tres_per_node == "gres:gpu:1"
+
+
+def test_2205_scontrol_show_node_multiline_equals_oneline() -> None:
+    multi = parse_nodes_text(fixture_text("22.05", "scontrol_show_node.txt"))
+    one = parse_nodes_text(fixture_text("22.05", "scontrol_show_node_oneline.txt"))
+    assert [(n.name, n.state, n.gres, n.gres_used) for n in multi] == [
+        (n.name, n.state, n.gres, n.gres_used) for n in one
+    ]
+    nodes = {n.name: n for n in one}
+    assert nodes["v100-04"].states == ("IDLE", "DRAIN")
+    assert nodes["v100-01"].gres_used == "gpu:v100:3(IDX:0-2)"
+    assert nodes["a100-01"].partitions == ("gpu",)
+    assert nodes["a100-01"].raw["OS"].startswith("Linux")
+
+
+def test_scontrol_times_are_local_time() -> None:
+    jobs = parse_jobs_text(
+        "JobId=7 JobState=PENDING SubmitTime=2026-11-29T16:41:45 StartTime=Unknown"
+    )
+    assert jobs[0].submit_time == time.mktime((2026, 11, 29, 16, 41, 45, 0, 0, -1))
+    assert jobs[0].start_time is None
+
+
+def test_scontrol_record_without_job_id_is_an_error() -> None:
+    with pytest.raises(SlurmOutputError, match="without JobId"):
+        parse_jobs_text("Priority=5 JobState=PENDING")
+    with pytest.raises(SlurmOutputError, match="no Gres field"):
+        parse_nodes_text("NodeName=x State=IDLE")
