@@ -75,7 +75,6 @@ ASSUMED_ALIASES = {
     "M40": ("K80", "no measurement; Maxwell, conservatively as slow as a K80"),
 }
 
-SPREAD_K_MAX = 16  # widest spread Pollux measured (scalability.csv): the model saturates there
 SAME_GPU_WORKER = "v100"  # Gavel worker type whose co-location pairs define interference
 MIN_SAME_GPU_LOSS = 0.05  # below this the same-GPU loss is clipping noise; no alpha from it
 
@@ -122,11 +121,8 @@ def used_files(perfdata: Path) -> dict[str, list[str]]:
         for p in perfdata.glob("pollux/*/*.csv")
         if p.name in ("placements.csv", "scalability.csv")
     )
-    elastic = sorted(
-        str(p.relative_to(perfdata))
-        for p in perfdata.glob("elasticflow/throughputs_*/*.csv")
-        if p.stem in ("resnet50", "deepspeech2", "bert", "resnet50_cifar10")
-    )
+    elastic = [f"elasticflow/throughputs_A100/{m}.csv" for m in ("resnet50", "deepspeech2")]
+    elastic.append("elasticflow/throughputs_T4/imagenet.csv")  # cross-check only
     return {
         "gavel": ["gavel/physical_cluster_throughputs.json.gz",
                   "gavel/simulation_throughputs.json.gz"],
@@ -380,6 +376,12 @@ def derive_spread(perfdata: Path) -> dict[str, Any]:
     return out
 
 
+def _spread_section(by_family: Mapping[str, Any]) -> dict[str, Any]:
+    """The fits and ``k_max``, the widest spread measured: the model saturates there."""
+    k_max = max(int(k) for entry in by_family.values() for k in entry["table"])
+    return {"k_max": k_max, "by_family": by_family}
+
+
 def _spread_entry(points: Mapping[int, tuple[float, int]]) -> dict[str, Any]:
     return {
         "table": {str(k): sig(v) for k, v in isotonic_spread(points).items()},
@@ -525,7 +527,7 @@ def derive(perfdata: Path) -> dict[str, Any]:
                     "a100_direct": A100_DIRECT, "a100_via_t4": A100_VIA_T4, "follows": FOLLOWS},
         "relative_speed": speeds,
         "bridges": bridges,
-        "spread": {"k_max": SPREAD_K_MAX, "by_family": derive_spread(perfdata)},
+        "spread": _spread_section(derive_spread(perfdata)),
         "colocation": derive_colocation(perfdata, sim),
         "cross_checks": cross_checks(perfdata, phys, sim, speeds),
         "sources": {k: source_entry(manifest, v) for k, v in used_files(perfdata).items()},
