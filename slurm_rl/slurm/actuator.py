@@ -30,7 +30,7 @@ from slurm_rl.slurm.deferral import deferred_until
 from slurm_rl.slurm.priority import assign_priorities
 from slurm_rl.slurm.proc import CommandResult, is_unreachable
 from slurm_rl.slurm.records import SlurmJob
-from slurm_rl.slurm.source import SlurmSource, SlurmState
+from slurm_rl.slurm.source import SlurmSource, SlurmState, numeric_id
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ def _hold_updates(
     outcomes: dict[str, JobOutcome],
 ) -> list[Update]:
     updates: list[Update] = []
-    for job in sorted(held, key=lambda j: j.job_id):
+    for job in sorted(held, key=lambda j: numeric_id(j.job_id)):
         if not is_ours_to_release(job, deferred_by_us):
             continue  # a user's own --begin, or submitted while the daemon was down
         target = _hold_target(job, now, config)

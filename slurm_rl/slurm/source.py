@@ -207,7 +207,7 @@ class SlurmSource:
             elif job.is_finished:
                 finished.extend(self._finished(job, core))
         self._forget_missing(seen)
-        pending.sort(key=lambda j: (j.submit_time, _numeric_id(j.job_id)))
+        pending.sort(key=lambda j: (j.submit_time, numeric_id(j.job_id)))
         return tuple(pending), tuple(running), tuple(finished)
 
     def _running(self, job: SlurmJob, core: Job) -> list[RunningJob]:
@@ -235,6 +235,7 @@ class SlurmSource:
                 del self._placements[job_id]
 
 
-def _numeric_id(job_id: str) -> int:
+def numeric_id(job_id: str) -> int:
+    """Sort key for job ids (``123``, ``123_4``): by the number, not as text."""
     head = job_id.split("_")[0]
     return int(head) if head.isdigit() else 0
