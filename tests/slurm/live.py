@@ -1,0 +1,159 @@
+"""A real Slurm cluster for integration tests: the native dev cluster or docker compose.
+
+Both kinds expose the same :class:`LiveCluster`: a runner for Slurm commands (argv lists),
+a way to run them as a test user, the heartbeat the job_submit plugin checks, and helpers to
+submit, cancel and wait. The tests never know which kind they talk to.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurm_rl.paths import REPO_DIR
+from slurm_rl.slurm import deferral
+from slurm_rl.slurm.client import CliSlurmClient
+from slurm_rl.slurm.devcluster import DevCluster, free_base_port
+from slurm_rl.slurm.devconf import DevClusterConfig
+from slurm_rl.slurm.proc import CommandResult, Runner, make_runner, run_command
+from slurm_rl.slurm.scontrol import ScontrolJob
+
+WINDOW_S = 6
+COMMAND_TIMEOUT_S = 30.0
+
+
+@dataclass
+class LiveCluster:
+    """What a test needs from a running cluster, whatever hosts it."""
+
+    kind: str
+    runner: Runner
+    jobs_dir: str
+    window_s: int
+    set_heartbeat: Callable[[float], None]
+    as_user: Callable[[str, Sequence[str]], tuple[str, ...]]
+    submitted: list[str] = field(default_factory=list)
+
+    @property
+    def client(self) -> CliSlurmClient:
+        return CliSlurmClient(runner=self.runner, timeout_s=COMMAND_TIMEOUT_S)
+
+    def run(self, *argv: str, user: str | None = None) -> CommandResult:
+        full = tuple(argv) if user is None else self.as_user(user, argv)
+        return self.runner(full, COMMAND_TIMEOUT_S)
+
+    def beat(self) -> None:
+        self.set_heartbeat(time.time())
+
+    def stop_beating(self) -> None:
+        self.set_heartbeat(time.time() - 3600)
+
+    def sbatch(self, user: str | None, *options: str, script: str = "sleep 300") -> str:
+        argv = ("sbatch", "--parsable", f"--chdir={self.jobs_dir}", "--output=/dev/null")
+        result = self.run(*argv, *options, f"--wrap={script}", user=user)
+        assert result.ok, f"sbatch {options} failed: {result.stderr}"
+        job_id = result.stdout.strip().split(";")[0]
+        self.submitted.append(job_id)
+        return job_id
+
+    def job(self, job_id: str) -> ScontrolJob:
+        found = self.client.show_job(job_id)
+        assert found is not None, f"job {job_id} vanished"
+        return found
+
+    def wait_for(
+        self, check: Callable[[], bool], what: str, timeout_s: float = 30.0, every_s: float = 0.2
+    ) -> float:
+        """Poll ``check`` until true; returns the seconds it took."""
+        started = time.monotonic()
+        while not check():
+            if time.monotonic() - started > timeout_s:
+                raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+            time.sleep(every_s)
+        return time.monotonic() - started
+
+    def wait_state(self, job_id: str, state: str, timeout_s: float = 30.0) -> ScontrolJob:
+        self.wait_for(lambda: self.job(job_id).state == state, f"job {job_id} {state}", timeout_s)
+        return self.job(job_id)
+
+    def cancel_all(self) -> None:
+        """Cancel what the tests submitted and wait until no job holds a node."""
+        if self.submitted:
+            self.run("scancel", *self.submitted)
+            self.submitted.clear()
+
+        def quiet() -> bool:
+            out = self.run("squeue", "-h", "-t", "R,CG,CF", "-o", "%A")
+            return out.ok and not out.stdout.strip()
+
+        self.wait_for(quiet, "running jobs to end", timeout_s=30.0)
+
+
+# -- native -------------------------------------------------------------------------------
+
+
+def native_cluster() -> Iterator[LiveCluster]:
+    """A private dev cluster in a temporary directory with free ports (needs root)."""
+    root = Path(tempfile.mkdtemp(prefix="slurm-rl-test-"))
+    root.chmod(0o755)  # jobs of alice and bob must reach their working directory
+    config = DevClusterConfig(
+        root=root / "cluster",
+        base_port=free_base_port(9, start=17800),
+        deferral_window_s=WINDOW_S,
+        heartbeat_max_age_s=30,
+    )
+    cluster = DevCluster(config)
+    try:
+        cluster.up(timeout_s=120.0)
+        live = LiveCluster(
+            kind="native",
+            runner=make_runner(cluster.env()),
+            jobs_dir=str(cluster.jobs_dir),
+            window_s=WINDOW_S,
+            set_heartbeat=lambda t: deferral.beat(cluster.heartbeat_path, t),
+            as_user=lambda user, argv: ("runuser", "-u", user, "--", *argv),
+        )
+        yield live
+    finally:
+        cluster.down()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# -- docker compose -----------------------------------------------------------------------
+
+COMPOSE_FILE = REPO_DIR / "docker-compose.yml"
+COMPOSE_WINDOW_S = 6  # SLURM_RL_DEFER_WINDOW in docker-compose.yml
+
+
+def _compose(*argv: str) -> tuple[str, ...]:
+    return ("docker", "compose", "-f", str(COMPOSE_FILE), *argv)
+
+
+def compose_cluster() -> Iterator[LiveCluster]:
+    """The docker-compose cluster (``docker compose up -d`` must have been run)."""
+    base = make_runner()
+
+    def runner(argv: Sequence[str], timeout_s: float) -> CommandResult:
+        return base(_compose("exec", "-T", "slurmctld", *argv), timeout_s)
+
+    def set_heartbeat(stamp: float) -> None:
+        # The heartbeat lives in the controller's volume; write it there.
+        argv = ("slurm-rl-heartbeat", str(int(stamp)))
+        result = runner(argv, COMMAND_TIMEOUT_S)
+        assert result.ok, f"cannot write the heartbeat: {result.stderr}"
+
+    ping = run_command(_compose("exec", "-T", "slurmctld", "scontrol", "ping"), 60.0)
+    if not ping.ok:
+        raise RuntimeError(f"compose cluster not reachable: {ping.stderr.strip()}")
+    yield LiveCluster(
+        kind="compose",
+        runner=runner,
+        jobs_dir="/home/shared",
+        window_s=COMPOSE_WINDOW_S,
+        set_heartbeat=set_heartbeat,
+        as_user=lambda user, argv: ("runuser", "-u", user, "--", *argv),
+    )

@@ -1,0 +1,189 @@
+"""Integration tests against a real Slurm (native dev cluster, or compose with
+``--slurm-cluster=compose``). Plain ``sbatch`` jobs from two users; decisions are built by
+hand so each test knows exactly what Slurm must do; everything is read back from Slurm.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from slurm_rl.core import ClusterSnapshot, Decision, Placement
+from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
+from slurm_rl.slurm.deferral import deferred_until
+from slurm_rl.slurm.source import SlurmSource
+from tests.slurm.live import LiveCluster
+
+pytestmark = pytest.mark.slurm
+
+# Scheduling passes run every 2 s on the dev cluster; allow a few of them.
+SCHED_SLACK_S = 8.0
+
+
+def _nodes(snapshot: ClusterSnapshot, gpu_type: str) -> list[str]:
+    names = [n.name for n in snapshot.cluster.nodes if n.gpu_type == gpu_type]
+    assert names, f"the test cluster has no {gpu_type} nodes"
+    return names
+
+
+def _actuator(live: LiveCluster, source: SlurmSource, mode: Mode, **config: float) -> SlurmActuator:
+    settings = ActuatorConfig(mode=mode, **config)  # type: ignore[arg-type]
+    return SlurmActuator(live.client, settings, source=source)
+
+
+def test_enforce_runs_jobs_exactly_where_decided(live: LiveCluster) -> None:
+    multi_a100 = live.sbatch("alice", "-N2", "--gres=gpu:a100:8", "-t", "10")
+    half_a100 = live.sbatch("bob", "--gres=gpu:a100:4", "-t", "10")
+    v100s = live.sbatch("alice", "--gpus=v100:2", "-t", "10")
+    multi_v100 = live.sbatch("bob", "-N2", "--gres=gpu:v100:2", "-t", "10")
+    one_gpu = live.sbatch("alice", "--gres=gpu:1", "-t", "10")
+    source = SlurmSource(live.client)
+    snap = source.snapshot()
+    pending = {j.job_id: j for j in snap.pending}
+    assert (pending[multi_a100].num_gpus, pending[multi_a100].num_nodes) == (16, 2)
+    assert (pending[v100s].num_gpus, pending[v100s].gpu_type) == (2, "v100")
+    a100, v100 = _nodes(snap, "a100"), _nodes(snap, "v100")
+    # Not the nodes Slurm would pick by itself (it fills the lowest-named nodes first).
+    placements = {
+        multi_v100: Placement((v100[-1], v100[0]), (2, 2)),
+        multi_a100: Placement((a100[1], a100[2]), (8, 8)),
+        v100s: Placement((v100[-1],), (2,)),
+        half_a100: Placement((a100[0],), (4,)),
+        one_gpu: Placement((a100[0],), (1,)),
+    }
+    ranking = (multi_v100, multi_a100, v100s, half_a100, one_gpu)
+    report = _actuator(live, source, Mode.ENFORCE).apply(Decision("test", ranking, placements))
+    assert [o.kind for o in report.outcomes[: len(ranking)]] == ["place"] * len(ranking)
+    assert all(o.sent and o.ok for o in report.outcomes)
+    for job_id, placement in placements.items():
+        job = live.wait_state(job_id, "RUNNING", timeout_s=live.window_s + SCHED_SLACK_S)
+        assert sorted(job.nodes) == sorted(placement.nodes), job_id
+    priorities = [live.job(j).priority or 0 for j in ranking]
+    assert priorities == sorted(priorities, reverse=True) and len(set(priorities)) == len(ranking)
+    running = {r.job.job_id: r.placement for r in source.snapshot().running}
+    for job_id in (multi_a100, multi_v100, v100s):
+        got = running[job_id]
+        assert dict(zip(got.nodes, got.gpus, strict=True)) == dict(
+            zip(placements[job_id].nodes, placements[job_id].gpus, strict=True)
+        )
+
+
+def test_enforce_order_decides_who_starts_first(live: LiveCluster) -> None:
+    first = live.sbatch("alice", "--gres=gpu:a100:8", "-t", "10")
+    second = live.sbatch("bob", "--gres=gpu:a100:8", "-t", "10")
+    third = live.sbatch("alice", "--gres=gpu:a100:8", "-t", "10")
+    source = SlurmSource(live.client)
+    node = _nodes(source.snapshot(), "a100")[0]
+    ranking = (third, first, second)  # not the submit order
+    placements = {j: Placement((node,), (8,)) for j in ranking}
+    _actuator(live, source, Mode.ENFORCE).apply(Decision("test", ranking, placements))
+    started = []
+    for job_id in ranking:
+        live.wait_state(job_id, "RUNNING", timeout_s=live.window_s + SCHED_SLACK_S)
+        others = [j for j in ranking if j not in started and j != job_id]
+        assert all(live.job(j).state == "PENDING" for j in others)
+        started.append(job_id)
+        live.run("scancel", job_id)
+    assert started == list(ranking)
+
+
+def test_shadow_changes_nothing(live: LiveCluster) -> None:
+    job_id = live.sbatch("bob", "--gres=gpu:v100:1", "-t", "10")
+    before = live.job(job_id)
+    source = SlurmSource(live.client)
+    node = _nodes(source.snapshot(), "v100")[-1]
+    decision = Decision("test", (job_id,), {job_id: Placement((node,), (1,))})
+    report = _actuator(live, source, Mode.SHADOW).apply(decision)
+    assert report.commands == () and not report.outcomes[0].sent
+    assert "ReqNodeList=" + node in report.outcomes[0].argv
+    after = live.job(job_id)
+    assert (after.state, after.reason, after.required_nodes) == ("PENDING", "BeginTime", ())
+    assert (after.priority, after.eligible_time) == (before.priority, before.eligible_time)
+
+
+def test_without_a_fresh_heartbeat_nothing_is_deferred(live: LiveCluster) -> None:
+    live.stop_beating()
+    job_id = live.sbatch("alice", "--gres=gpu:a100:2", "-t", "10")
+    job = live.job(job_id)
+    assert job.admin_comment == "" and job.reason != "BeginTime"
+    assert live.wait_for(lambda: live.job(job_id).state == "RUNNING", "undeferred start") < (
+        live.window_s
+    )
+    live.beat()
+    again = live.job(live.sbatch("alice", "--gres=gpu:a100:2", "-t", "10"))
+    assert deferred_until(again.admin_comment) is not None and again.reason == "BeginTime"
+
+
+def test_a_deferred_job_nobody_acts_on_starts_when_its_window_ends(live: LiveCluster) -> None:
+    job_id = live.sbatch("bob", "--gres=gpu:v100:2", "-t", "10")
+    job = live.job(job_id)
+    until = deferred_until(job.admin_comment)
+    assert until is not None and job.reason == "BeginTime"
+    assert job.submit_time is not None and job.eligible_time == until
+    assert until - job.submit_time == pytest.approx(live.window_s, abs=1)
+    running = live.wait_state(job_id, "RUNNING", timeout_s=live.window_s + SCHED_SLACK_S)
+    assert running.start_time is not None
+    assert until <= running.start_time <= until + SCHED_SLACK_S
+
+
+def test_advise_releases_early_in_ranking_order(live: LiveCluster) -> None:
+    low = live.sbatch("alice", "--gres=gpu:v100:1", "-t", "10")
+    high = live.sbatch("bob", "--gres=gpu:v100:1", "-t", "10")
+    source = SlurmSource(live.client)
+    source.snapshot()
+    report = _actuator(live, source, Mode.ADVISE).apply(Decision("test", (high, low)))
+    assert {o.kind for o in report.outcomes} == {"release"}
+    for job_id in (high, low):
+        job = live.wait_state(job_id, "RUNNING", timeout_s=SCHED_SLACK_S)
+        window_end = deferred_until(job.admin_comment)
+        assert window_end is not None and job.start_time is not None
+        assert job.start_time < window_end  # released before the plugin's window ended
+        assert job.required_nodes == ()  # advise never places
+    assert (live.job(high).priority or 0) > (live.job(low).priority or 0) >= 1000
+
+
+def test_enforce_extends_the_deferral_of_held_jobs(live: LiveCluster) -> None:
+    job_id = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10")
+    source = SlurmSource(live.client)
+    source.snapshot()
+    actuator = _actuator(
+        live, source, Mode.ENFORCE, defer_extension_s=40, renew_margin_s=10, defer_cap_s=600
+    )
+    asked = time.time()
+    report = actuator.apply(Decision("test", ()))
+    assert report.outcome(job_id) is not None
+    assert report.outcome(job_id).kind == "defer"  # type: ignore[union-attr]
+    eligible = live.job(job_id).eligible_time
+    assert eligible is not None and eligible == pytest.approx(asked + 40, abs=2)
+    source.snapshot()
+    again = actuator.apply(Decision("test", ()))
+    assert again.outcome(job_id).kind == "unchanged"  # type: ignore[union-attr]
+    assert again.commands == ()
+
+
+def test_an_update_for_a_vanished_job_is_recorded(live: LiveCluster) -> None:
+    job_id = live.sbatch("bob", "--gres=gpu:v100:1", "-t", "10")
+    source = SlurmSource(live.client)
+    source.snapshot()
+    live.run("scancel", job_id)
+    live.wait_state(job_id, "CANCELLED", timeout_s=SCHED_SLACK_S)
+    report = _actuator(live, source, Mode.ENFORCE).apply(Decision("test", (job_id,)))
+    outcome = report.outcomes[0]
+    assert (outcome.sent, outcome.ok, outcome.error_kind) == (True, False, "vanished")
+    assert outcome.returncode not in (None, 0) and outcome.argv[:2] == ("scontrol", "update")
+
+
+def test_finished_jobs_are_reported_once_with_their_nodes(live: LiveCluster) -> None:
+    job_id = live.sbatch("alice", "--gres=gpu:v100:1", "-t", "10", script="sleep 1")
+    source = SlurmSource(live.client)
+    snap = source.snapshot()
+    node = _nodes(snap, "v100")[0]
+    decision = Decision("test", (job_id,), {job_id: Placement((node,), (1,))})
+    _actuator(live, source, Mode.ENFORCE).apply(decision)
+    live.wait_state(job_id, "COMPLETED", timeout_s=SCHED_SLACK_S + 2)
+    finished = {f.job.job_id: f for f in source.snapshot().finished}
+    assert finished[job_id].placement == Placement((node,), (1,))
+    assert finished[job_id].state == "COMPLETED"
+    assert finished[job_id].end_time >= finished[job_id].start_time
+    assert job_id not in {f.job.job_id for f in source.snapshot().finished}
