@@ -1,0 +1,84 @@
+"""The dev cluster's rendered configuration and CLI, without starting anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from slurm_rl.slurm import deferral
+from slurm_rl.slurm.cli import devcluster_group
+from slurm_rl.slurm.devcluster import DevCluster
+from slurm_rl.slurm.devconf import DevClusterConfig, NodeGroup, render_gres_conf, render_slurm_conf
+
+
+def _lines(text: str) -> set[str]:
+    return {line.strip() for line in text.splitlines()}
+
+
+def test_nodes_get_names_types_and_consecutive_ports() -> None:
+    config = DevClusterConfig(base_port=20000)
+    nodes = config.nodes()
+    assert [n.name for n in nodes] == [f"a100-0{i}" for i in range(1, 5)] + [
+        f"v100-0{i}" for i in range(1, 5)
+    ]
+    assert [n.port for n in nodes] == list(range(20001, 20009))
+    assert {(n.gpu_type, n.gpus) for n in nodes} == {("a100", 8), ("v100", 4)}
+    assert config.port_count == 9
+
+
+def test_slurm_conf_has_every_line_the_daemon_relies_on(tmp_path: Path) -> None:
+    config = DevClusterConfig(root=tmp_path, base_port=20000, min_job_age_s=600)
+    lines = _lines(render_slurm_conf(config, hostname="box"))
+    for wanted in (
+        "SlurmctldHost=box(127.0.0.1)",
+        "SlurmctldPort=20000",
+        "SchedulerType=sched/backfill",
+        "PriorityType=priority/multifactor",
+        "PriorityWeightAge=0",
+        "PriorityWeightFairShare=0",
+        "SelectType=select/cons_tres",
+        "GresTypes=gpu",
+        "JobSubmitPlugins=lua",
+        "MinJobAge=600",
+        "JobCompType=jobcomp/filetxt",
+        "SlurmdParameters=config_overrides",
+        f"AuthInfo=socket={tmp_path / 'munge' / 'munge.socket'}",
+    ):
+        assert wanted in lines, wanted
+    node_line = next(line for line in lines if line.startswith("NodeName=v100-02 "))
+    assert "Port=20006" in node_line and "Gres=gpu:v100:4" in node_line
+
+
+def test_gres_conf_points_every_gpu_at_a_placeholder_device(tmp_path: Path) -> None:
+    config = DevClusterConfig(root=tmp_path, groups=(NodeGroup("h100", 1, 2),))
+    lines = _lines(render_gres_conf(config))
+    assert "AutoDetect=off" in lines
+    assert f"NodeName=h100-01 Name=gpu Type=h100 File={tmp_path / 'dev' / 'nvidia'}[0-1]" in lines
+
+
+def test_deferral_config_and_tag_round_trip(tmp_path: Path) -> None:
+    config = deferral.DeferralConfig(tmp_path / "hb", 30, 8, ("gpu", "big"))
+    path = deferral.write_config(tmp_path, config)
+    assert _lines(path.read_text()) >= {
+        f"heartbeat_path = {tmp_path / 'hb'}",
+        "window = 8",
+        "partitions = gpu,big",
+        "gpu_only = yes",
+    }
+    deferral.beat(tmp_path / "hb", now=1234.9)
+    assert (tmp_path / "hb").read_text() == "1234\n"
+    assert deferral.deferred_until("slurm-rl:deferred:1795974105") == 1795974105
+    assert deferral.deferred_until("x,slurm-rl:deferred:oops") is None
+    assert deferral.deferred_until("") is None
+
+
+def test_cli_env_and_status_of_a_stopped_cluster(tmp_path: Path) -> None:
+    runner = CliRunner()
+    root = tmp_path / "cluster"
+    env = runner.invoke(devcluster_group, ["env", "--root", str(root)])
+    assert env.exit_code == 0
+    assert env.output.strip() == f"export SLURM_CONF={root / 'etc' / 'slurm.conf'}"
+    status = runner.invoke(devcluster_group, ["status", "--root", str(root)])
+    assert status.exit_code == 0 and "slurmctld        stopped" in status.output
+    assert DevCluster(DevClusterConfig(root=root)).status().stopped
