@@ -25,17 +25,22 @@ if [[ ${#missing[@]} -eq 0 ]]; then
 fi
 
 if [[ $(id -u) -ne 0 ]]; then
-    if command -v sudo >/dev/null 2>&1; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
         exec sudo -n "$0" "$@"
     fi
-    echo "install-slurm.sh: missing ${missing[*]} and not root (no sudo)" >&2
-    exit 1
+    # Not fatal: unit tests need no Slurm, and the integration tests skip without root.
+    echo "install-slurm.sh: not root and no passwordless sudo; not installing ${missing[*]}" >&2
+    exit 0
 fi
 
 echo "install-slurm.sh: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
-# Update the index only when apt has none yet or an install fails on a stale index.
-if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-slurm.sh: no apt-get here; install ${missing[*]} (Slurm 22.05+) yourself" >&2
+    exit 1
+fi
+# Update the index only when an install fails on a missing or stale index.
+if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
     apt-get update -q >/dev/null
     apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi

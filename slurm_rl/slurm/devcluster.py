@@ -293,14 +293,19 @@ class DevCluster:
 
 def ensure_installed(script: Path = INSTALL_SCRIPT) -> None:
     """Install Debian's Slurm packages if a daemon binary is missing."""
-    needed = ("slurmctld", "slurmd", "munged")
-    if all((SBIN / name).exists() for name in needed) and shutil.which("sbatch"):
+    if _slurm_installed():
         return
     if not script.exists():
         raise DevClusterError(f"Slurm is not installed and {script} is missing")
     result = run_command([str(script)], 600.0)
-    if not result.ok:
-        raise DevClusterError(f"{script} failed: {result.stderr.strip()}")
+    if not result.ok or not _slurm_installed():
+        detail = result.stderr.strip() or "Slurm is still missing"
+        raise DevClusterError(f"{script} failed: {detail}")
+
+
+def _slurm_installed() -> bool:
+    needed = ("slurmctld", "slurmd", "munged")
+    return all((SBIN / name).exists() for name in needed) and bool(shutil.which("sbatch"))
 
 
 def ensure_users(users: Iterable[str]) -> None:
