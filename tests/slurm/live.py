@@ -130,15 +130,19 @@ COMPOSE_WINDOW_S = 6  # SLURM_RL_DEFER_WINDOW in docker-compose.yml
 
 
 def _compose(*argv: str) -> tuple[str, ...]:
-    return ("docker", "compose", "-f", str(COMPOSE_FILE), *argv)
+    """``docker compose`` (v2 plugin) if present, else the v1 ``docker-compose`` binary."""
+    plugin = shutil.which("docker") and run_command(("docker", "compose", "version"), 30.0).ok
+    base = ("docker", "compose") if plugin else ("docker-compose",)
+    return (*base, "-f", str(COMPOSE_FILE), *argv)
 
 
 def compose_cluster() -> Iterator[LiveCluster]:
     """The docker-compose cluster (``docker compose up -d`` must have been run)."""
     base = make_runner()
+    exec_prefix = _compose("exec", "-T", "slurmctld")
 
     def runner(argv: Sequence[str], timeout_s: float) -> CommandResult:
-        return base(_compose("exec", "-T", "slurmctld", *argv), timeout_s)
+        return base((*exec_prefix, *argv), timeout_s)
 
     def set_heartbeat(stamp: float) -> None:
         # The heartbeat lives in the controller's volume; write it there.
@@ -146,9 +150,10 @@ def compose_cluster() -> Iterator[LiveCluster]:
         result = runner(argv, COMMAND_TIMEOUT_S)
         assert result.ok, f"cannot write the heartbeat: {result.stderr}"
 
-    ping = run_command(_compose("exec", "-T", "slurmctld", "scontrol", "ping"), 60.0)
+    ping = run_command((*exec_prefix, "scontrol", "ping"), 60.0)
     if not ping.ok:
-        raise RuntimeError(f"compose cluster not reachable: {ping.stderr.strip()}")
+        last = (ping.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"compose cluster not reachable (docker compose up -d?): {last}")
     yield LiveCluster(
         kind="compose",
         runner=runner,
