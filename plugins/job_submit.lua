@@ -19,8 +19,8 @@ directory of slurm.conf), `key = value` lines, `#` comments:
   gpu_only          = yes                        -- defer only jobs that ask for GPUs
 
 Tag: the job's admin_comment becomes `slurm-rl:deferred:<until>` (Unix time), so the daemon
-knows the begin time is its own and may release it early; a user's own later --begin is
-never shortened and such a job is not tagged.
+knows the begin time is its own and may release it early. A job that asks for its own
+future --begin is left alone (not deferred, not tagged).
 --]]
 
 local CONF_NAME = "job_submit_slurm_rl.conf"
@@ -111,9 +111,10 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       if not heartbeat_fresh(conf, now) then return end
       if not is_managed(conf, job_desc, part_list) then return end
       if conf.gpu_only ~= "no" and not asks_for_gpus(job_desc) then return end
-      local until_time = now + (tonumber(conf.window) or 10)
+      -- A job with its own future --begin is the user's to time: never tag or move it.
       local user_begin = job_desc.begin_time
-      if user_begin ~= nil and user_begin >= until_time then return end
+      if user_begin ~= nil and user_begin > now then return end
+      local until_time = now + (tonumber(conf.window) or 10)
       job_desc.begin_time = until_time
       job_desc.admin_comment = TAG .. tostring(until_time)
    end)

@@ -115,6 +115,12 @@ def test_without_a_fresh_heartbeat_nothing_is_deferred(live: LiveCluster) -> Non
     assert deferred_until(again.admin_comment) is not None and again.reason == "BeginTime"
 
 
+def test_a_users_own_begin_time_is_left_alone(live: LiveCluster) -> None:
+    job = live.job(live.sbatch("bob", "--gres=gpu:v100:1", "--begin=now+2", "-t", "10"))
+    assert job.admin_comment == "" and job.reason == "BeginTime"
+    assert job.submit_time is not None and job.eligible_time == job.submit_time + 2
+
+
 def test_a_deferred_job_nobody_acts_on_starts_when_its_window_ends(live: LiveCluster) -> None:
     job_id = live.sbatch("bob", "--gres=gpu:v100:2", "-t", "10")
     job = live.job(job_id)
