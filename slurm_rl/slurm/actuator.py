@@ -167,31 +167,43 @@ def plan(
     deferred_by_us: set[str],
 ) -> _Plan:
     """What to send for ``decision`` given what Slurm shows now (no side effects)."""
-    now = state.time
     placing = config.mode in (Mode.ENFORCE, Mode.SHADOW)
     pending = {j.job_id: j for j in state.managed.values() if j.is_pending}
-    ranked = [job_id for job_id in decision.ranking if job_id in pending]
-    current = {job_id: pending[job_id].priority for job_id in ranked}
-    priorities = assign_priorities(ranked, current, config.priority_floor)
     outcomes: dict[str, JobOutcome] = {
         job_id: JobOutcome(job_id, "not_pending")
         for job_id in decision.ranking
         if job_id not in pending
     }
-    updates: list[Update] = []
-    for job_id in ranked:
-        job = pending[job_id]
-        placement = decision.placements.get(job_id) if placing else None
-        ours = is_ours_to_release(job, deferred_by_us)
-        fields = _release_fields(job, priorities[job_id], placement, now, ours)
-        if fields:
-            updates.append(Update(_release_kind(fields), (job_id,), tuple(fields.items())))
-        else:
-            outcomes[job_id] = JobOutcome(job_id, "unchanged")
+    ranked = [pending[job_id] for job_id in decision.ranking if job_id in pending]
+    placements = decision.placements if placing else {}
+    updates = _release_updates(ranked, placements, state.time, config, deferred_by_us, outcomes)
     if placing:
         held = [j for j in pending.values() if j.job_id not in decision.ranking]
-        updates.extend(_hold_updates(held, now, config, deferred_by_us, outcomes))
+        updates.extend(_hold_updates(held, state.time, config, deferred_by_us, outcomes))
     return _Plan(_merge(updates), outcomes)
+
+
+def _release_updates(
+    ranked: Sequence[SlurmJob],
+    placements: Mapping[str, Placement],
+    now: float,
+    config: ActuatorConfig,
+    deferred_by_us: set[str],
+    outcomes: dict[str, JobOutcome],
+) -> list[Update]:
+    """Priority (and placement, release) for the released jobs, highest first."""
+    current = {job.job_id: job.priority for job in ranked}
+    priorities = assign_priorities([j.job_id for j in ranked], current, config.priority_floor)
+    updates: list[Update] = []
+    for job in ranked:
+        ours = is_ours_to_release(job, deferred_by_us)
+        placement = placements.get(job.job_id)
+        fields = _release_fields(job, priorities[job.job_id], placement, now, ours)
+        if fields:
+            updates.append(Update(_release_kind(fields), (job.job_id,), tuple(fields.items())))
+        else:
+            outcomes[job.job_id] = JobOutcome(job.job_id, "unchanged")
+    return updates
 
 
 def _hold_updates(
