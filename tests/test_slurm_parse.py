@@ -147,7 +147,8 @@ def test_2205_snapshot() -> None:
     assert running[roles["running_gpus"]].placement == Placement(("v100-01",), (3,))
     finished = {f.job.job_id: f for f in snap.finished}
     assert set(finished) == {roles["failed"], roles["completed"]}  # cancelled one never ran
-    assert finished[roles["failed"]].state == "FAILED"
+    assert (finished[roles["failed"]].state, finished[roles["failed"]].exit_code) == ("FAILED", 3)
+    assert finished[roles["completed"]].exit_code == 0
     assert finished[roles["completed"]].placement == Placement(("a100-01",), (2,))
 
 

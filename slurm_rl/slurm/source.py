@@ -225,7 +225,9 @@ class SlurmSource:
         placement = self._placements.get(job.job_id) or placement_of(job, core)
         if placement is None or job.start_time is None or job.end_time is None:
             return []
-        return [FinishedJob(core, job.start_time, job.end_time, placement, job.state)]
+        return [
+            FinishedJob(core, job.start_time, job.end_time, placement, job.state, job.exit_code)
+        ]
 
     def _forget_missing(self, seen: set[str]) -> None:
         # Jobs past MinJobAge leave squeue for good: drop what we kept about them.

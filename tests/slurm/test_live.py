@@ -190,6 +190,6 @@ def test_finished_jobs_are_reported_once_with_their_nodes(live: LiveCluster) -> 
     live.wait_state(job_id, "COMPLETED", timeout_s=SCHED_SLACK_S + 2)
     finished = {f.job.job_id: f for f in source.snapshot().finished}
     assert finished[job_id].placement == Placement((node,), (1,))
-    assert finished[job_id].state == "COMPLETED"
+    assert (finished[job_id].state, finished[job_id].exit_code) == ("COMPLETED", 0)
     assert finished[job_id].end_time >= finished[job_id].start_time
     assert job_id not in {f.job.job_id for f in source.snapshot().finished}
