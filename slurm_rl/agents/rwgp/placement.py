@@ -1,0 +1,255 @@
+r"""The RWGP placement agent: fluctuation-aware node-set choice for gang jobs.
+
+Our reconstruction of the paper's placement agent (only its abstract is public); the design is
+ours (docs/placement-agent.md).
+
+Each candidate node set ``P`` (:mod:`.candidates`: consolidated first, then spread) is scored
+by the cost the reward charges for running one unit of the job's work on it,
+
+.. math::
+
+    \text{score}(P) = \frac{1 + λ \cdot \text{price}(P)}{\text{pace}(P)}
+                      \cdot \Bigl(1 + η\,\frac{\text{GPUs left free on }P}{\text{GPUs of }P}\Bigr),
+    \qquad
+    \text{pace}(P) = \bigl(E[m_P] - κ\,\text{sd}[m_P]\bigr) \cdot (1 - p_s)^{|P| - 1}
+                     \cdot (1 - p_g)^{[P \text{ spans host groups}]}
+
+where ``m_P = min_{i∈P} v_i f_i`` is the gang's bottleneck: ``f_i`` the RWGP's posterior
+relative speed of machine ``i`` for the job's class and ``v_i`` the nominal speed of its GPU
+type (a datasheet table, or a measured per-family table). ``E`` and ``sd`` of the min of the
+members' Gaussians come from Clark's (1961) moment matching, taking members as independent.
+``κ`` prices risk (the posterior std: fluctuation and what is not yet known), ``p_s``/``p_g``
+penalise spreading, ``price`` is the set's GPU-hour price (fees = runtime × price, so
+``λ · price / pace`` is the fee per unit of work, with ``λ`` as in the reward
+``−(JCT hours + λ · fees)``), and a small ``η`` prefers the fuller node among near-equals
+(best-fit packing, which keeps large holes for large jobs). The lowest score wins.
+
+The policy only ever returns a node set, so it works unchanged in the simulator's ``direct``
+mode (the set starts at once) and ``slurm`` mode, and live, where the actuator turns it into
+``ReqNodeList=<the set> NumNodes=N-N``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from slurm_rl.agents.rwgp.candidates import FloatArray, Limits, NodeSet, NodeTable, candidate_sets
+from slurm_rl.agents.rwgp.model import Prediction, RwgpConfig, RwgpModel
+from slurm_rl.agents.rwgp.runtimes import RuntimeReference
+from slurm_rl.core import Cluster, ClusterSnapshot, Job, Placement
+
+_MIN_PACE = 1e-3
+
+
+@dataclass(frozen=True)
+class PlacementConfig:
+    """Weights of the score (module docstring) and how the agent learns."""
+
+    fee_weight: float = 0.0  # λ
+    risk_aversion: float = 1.0  # κ
+    spread_penalty: float = 0.05  # p_s, per extra node
+    cross_group_penalty: float = 0.10  # p_g
+    packing_weight: float = 0.02  # η
+    limits: Limits = field(default_factory=Limits)
+    # "auto": learn from finished jobs' runtimes only while no measured speeds arrive (live)
+    runtime_readings: Literal["auto", "always", "never"] = "auto"
+    threads: int | None = 1  # torch threads; one is fastest when replays share the cores
+    model_path: str | None = None  # hyperparameters saved by RwgpModel.save
+
+
+@dataclass(frozen=True)
+class CandidateFeatures:
+    """One candidate node set and what the agents learn from: the RL placement head scores
+    these, and the ordering agent's message summarises the best of them."""
+
+    placement: Placement
+    mean: float  # posterior mean of the bottleneck relative speed (1 = healthy)
+    std: float  # its posterior std: the fluctuation risk
+    pace: float  # risk-adjusted bottleneck × type speed × spread factor
+    price: float  # currency per hour for the whole set
+    spread: int  # nodes beyond the first
+    cross_group: bool
+    score: float  # expected cost per unit of work; lower is better
+
+    @property
+    def consolidated(self) -> bool:
+        return self.spread == 0
+
+
+@dataclass(frozen=True)
+class _NodeView:
+    """Per-node arrays for one job class at one belief: what scoring reads."""
+
+    mean: FloatArray
+    std: FloatArray
+    speed: FloatArray  # nominal type speed
+    pace: FloatArray  # speed × (mean − κ std), floored
+
+
+class RwgpPlacement:
+    """Placement by RWGP-predicted bottleneck speed, spread, risk and price."""
+
+    name = "rwgp"
+
+    def __init__(
+        self,
+        gpu_speed: Mapping[str, float] | None = None,
+        config: PlacementConfig | None = None,
+        model_config: RwgpConfig | None = None,
+        family_speed: Mapping[str, Mapping[str, float]] | None = None,
+    ) -> None:
+        self.config = config or PlacementConfig()
+        self._model_config = model_config
+        self._gpu_speed = {k.lower(): v for k, v in (gpu_speed or {}).items()}
+        self._family_speed = {
+            f: {k.lower(): v for k, v in row.items()} for f, row in (family_speed or {}).items()
+        }
+        self.model: RwgpModel | None = None
+        self._table: NodeTable | None = None
+        self._price: FloatArray = np.zeros(0)
+        self._speeds: dict[str, FloatArray] = {}
+        self._views: dict[str, tuple[Prediction, _NodeView]] = {}
+        self._runtimes = RuntimeReference()
+        self._measured = False
+
+    # ----- learning --------------------------------------------------------------------
+
+    def observe(self, snapshot: ClusterSnapshot) -> None:
+        model = self._model_for(snapshot.cluster)
+        if snapshot.observations:
+            self._measured = True
+            model.observe(snapshot.observations)
+        mode = self.config.runtime_readings
+        if snapshot.finished and (mode == "always" or (mode == "auto" and not self._measured)):
+            readings, variances = self._runtimes.readings(snapshot.finished, snapshot.cluster)
+            if readings:
+                model.observe(readings, variances)
+        model.advance(snapshot.time)
+
+    def _model_for(self, cluster: Cluster) -> RwgpModel:
+        if self.model is not None and self.model.cluster is cluster:
+            return self.model
+        if self.config.threads:
+            torch.set_num_threads(self.config.threads)
+        path = self.config.model_path
+        self.model = (
+            RwgpModel.load(Path(path), cluster, self._model_config)
+            if path
+            else RwgpModel(cluster, self._model_config)
+        )
+        self._table = NodeTable.from_cluster(cluster)
+        self._price = np.array([n.price_per_gpu_hour for n in cluster.nodes], dtype=float)
+        self._speeds.clear()
+        self._views.clear()
+        return self.model
+
+    # ----- deciding --------------------------------------------------------------------
+
+    def place(
+        self, job: Job, free_gpus: Sequence[int], snapshot: ClusterSnapshot
+    ) -> Placement | None:
+        found = self.candidates(job, free_gpus, snapshot)
+        return min(found, key=lambda c: c.score).placement if found else None
+
+    def candidates(
+        self, job: Job, free_gpus: Sequence[int], snapshot: ClusterSnapshot
+    ) -> list[CandidateFeatures]:
+        """Every candidate node set for ``job`` in ``free_gpus``, consolidated first, each
+        with its features (module docstring)."""
+        model = self._model_for(snapshot.cluster)
+        assert self._table is not None
+        free = np.asarray(free_gpus, dtype=np.int64)
+        view = self._view(model, job.model_family)
+        cost = self._node_cost(job, free, view)
+        sets = candidate_sets(job, self._table, free, cost, self.config.limits)
+        return [self._features(s, free, view, snapshot.cluster) for s in sets]
+
+    def _view(self, model: RwgpModel, family: str) -> _NodeView:
+        prediction = model.predict(family)
+        cached = self._views.get(family)
+        if cached is not None and cached[0] is prediction:
+            return cached[1]
+        speed = self._type_speed(family)
+        risky = prediction.mean - self.config.risk_aversion * prediction.std
+        pace = speed * np.maximum(risky, _MIN_PACE)
+        view = _NodeView(prediction.mean, prediction.std, speed, pace)
+        self._views[family] = (prediction, view)
+        return view
+
+    def _type_speed(self, family: str) -> FloatArray:
+        """Nominal per-GPU speed of each node's type for this family (1 when unknown)."""
+        known = self._speeds.get(family)
+        if known is not None:
+            return known
+        assert self._table is not None
+        row = self._family_speed.get(family) or self._gpu_speed
+        by_type = [row.get(name, 1.0) for name in self._table.type_names]
+        speed = np.array(by_type, dtype=float)[self._table.type_id]
+        self._speeds[family] = speed
+        return speed
+
+    def _node_cost(self, job: Job, free: NDArray[np.int64], view: _NodeView) -> FloatArray:
+        """The score of running the whole job on each node alone (``inf`` where it may not
+        run): the order in which candidate sets take nodes."""
+        assert self._table is not None
+        lam, eta = self.config.fee_weight, self.config.packing_weight
+        g = job.num_gpus
+        left = np.maximum(free - g, 0) / self._table.capacity
+        cost = (1.0 + lam * g * self._price) / view.pace * (1.0 + eta * left)
+        if job.gpu_type:
+            wanted = job.gpu_type.lower()
+            allowed = np.array([name == wanted for name in self._table.type_names])
+            cost = np.where(allowed[self._table.type_id], cost, np.inf)
+        return cost
+
+    def _features(
+        self, node_set: NodeSet, free: NDArray[np.int64], view: _NodeView, cluster: Cluster
+    ) -> CandidateFeatures:
+        assert self._table is not None
+        idx = np.array(node_set.nodes)
+        gpus = np.array(node_set.gpus)
+        health = gaussian_min(view.mean[idx], view.std[idx])
+        speed = view.speed[idx]
+        bottleneck = gaussian_min(speed * view.mean[idx], speed * view.std[idx])
+        cross = len(set(self._table.group_id[idx].tolist())) > 1
+        shape = (1.0 - self.config.spread_penalty) ** (len(idx) - 1)
+        shape *= (1.0 - self.config.cross_group_penalty) if cross else 1.0
+        risky = bottleneck[0] - self.config.risk_aversion * bottleneck[1]
+        pace = max(risky, _MIN_PACE * float(speed.max())) * shape
+        price = float((gpus * self._price[idx]).sum())
+        left = float((free[idx] - gpus).sum()) / float(self._table.capacity[idx].sum())
+        score = (1.0 + self.config.fee_weight * price) / pace
+        score *= 1.0 + self.config.packing_weight * left
+        placement = Placement(tuple(cluster.nodes[i].name for i in node_set.nodes), node_set.gpus)
+        return CandidateFeatures(
+            placement, health[0], health[1], pace, price, len(idx) - 1, cross, score
+        )
+
+
+def gaussian_min(mean: FloatArray, std: FloatArray) -> tuple[float, float]:
+    r"""Mean and std of ``min_i X_i`` for independent ``X_i ~ N(mean_i, std_i²)``, by Clark's
+    (1961) moment matching, folding members in one at a time. For two,
+    with ``θ = sqrt(σ₁² + σ₂²)`` and ``α = (μ₂ − μ₁)/θ``:
+    ``E[min] = μ₁Φ(α) + μ₂Φ(−α) − θφ(α)`` and
+    ``E[min²] = (μ₁² + σ₁²)Φ(α) + (μ₂² + σ₂²)Φ(−α) − (μ₁ + μ₂)θφ(α)``."""
+    m, s = float(mean[0]), float(std[0])
+    for m2, s2 in zip(mean[1:].tolist(), std[1:].tolist(), strict=True):
+        theta = math.hypot(s, s2)
+        if theta < 1e-12:
+            m, s = min(m, m2), 0.0
+            continue
+        alpha = (m2 - m) / theta
+        cdf = 0.5 * math.erfc(-alpha / math.sqrt(2.0))
+        pdf = math.exp(-0.5 * alpha * alpha) / math.sqrt(2.0 * math.pi)
+        first = m * cdf + m2 * (1.0 - cdf) - theta * pdf
+        second = (m * m + s * s) * cdf + (m2 * m2 + s2 * s2) * (1.0 - cdf) - (m + m2) * theta * pdf
+        m, s = first, math.sqrt(max(second - first * first, 0.0))
+    return m, s
