@@ -11,11 +11,34 @@ Unix time live); durations are seconds; prices are per GPU-hour.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
+from functools import cached_property
+from typing import Any, NoReturn, TypeVar
+
+import numpy as np
 
 JobId = str
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class FrozenDict(dict[K, V]):
+    """A read-only dict that still pickles (the simulator replays in worker processes)."""
+
+    def _readonly(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("FrozenDict is read-only")
+
+    __setitem__ = __delitem__ = _readonly
+    clear = pop = popitem = setdefault = update = _readonly  # type: ignore[assignment]
+    __ior__ = _readonly  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[type[FrozenDict[K, V]], tuple[dict[K, V]]]:
+        return (type(self), (dict(self),))
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +64,7 @@ class Cluster:
         index = {node.name: i for i, node in enumerate(self.nodes)}
         if len(index) != len(self.nodes):
             raise ValueError(f"cluster {self.name!r} has duplicate node names")
-        object.__setattr__(self, "_index", MappingProxyType(index))
+        object.__setattr__(self, "_index", FrozenDict(index))
 
     def index(self, node_name: str) -> int:
         return self._index[node_name]
@@ -154,6 +177,31 @@ class SpeedObservation:
 
 
 @dataclass(frozen=True)
+class PendingColumns:
+    """Numeric columns of the pending jobs, aligned with ``ClusterSnapshot.pending``, so that
+    policies can score long queues with array operations (NaN where a value is unknown)."""
+
+    submit_time: np.ndarray
+    num_gpus: np.ndarray
+    time_limit: np.ndarray
+    oracle_duration: np.ndarray
+
+    @classmethod
+    def from_jobs(cls, jobs: Sequence[Job]) -> PendingColumns:
+        def column(values: Iterable[float | None]) -> np.ndarray:
+            array = np.array([math.nan if v is None else v for v in values], dtype=float)
+            array.setflags(write=False)
+            return array
+
+        return cls(
+            submit_time=column(j.submit_time for j in jobs),
+            num_gpus=column(j.num_gpus for j in jobs),
+            time_limit=column(j.time_limit for j in jobs),
+            oracle_duration=column(j.oracle_duration for j in jobs),
+        )
+
+
+@dataclass(frozen=True)
 class ClusterSnapshot:
     """What a policy sees at one decision point.
 
@@ -169,29 +217,39 @@ class ClusterSnapshot:
     running: tuple[RunningJob, ...] = ()
     finished: tuple[FinishedJob, ...] = ()
     observations: tuple[SpeedObservation, ...] = ()
+    precomputed_columns: PendingColumns | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.free_gpus) != len(self.cluster.nodes):
             raise ValueError("free_gpus does not match the cluster's nodes")
+
+    @cached_property
+    def columns(self) -> PendingColumns:
+        """The pending jobs' numeric columns (supplied by the source, or built on first use)."""
+        return self.precomputed_columns or PendingColumns.from_jobs(self.pending)
 
 
 @dataclass(frozen=True)
 class Decision:
     """What a scheduler wants, applied by exactly one actuator.
 
-    ``ranking`` lists the pending jobs released to start, highest priority first; a pending job
-    not in it is held back (deferred). ``placements`` pins released jobs to node sets; a
-    released job without one lets the resource manager choose its nodes (a placement for a job
-    that is not released is ignored by every actuator). ``scores`` holds the score behind each
-    ranked job, aligned with ``ranking``, for the audit trail (empty when there are none).
+    ``ranking`` lists the pending jobs released to start, highest priority first.
+    ``placements`` pins released jobs to node sets, listed in the order the jobs should start;
+    a released job without one lets the resource manager choose its nodes (a placement for a
+    job that is not released is ignored by every actuator). ``holds`` lists jobs to keep
+    deferred (their deferral is extended, never past the actuator's cap). A pending job in
+    neither list is left to the resource manager: it starts by Slurm's own priority once its
+    deferral window runs out. ``scores`` holds the score behind each ranked job, aligned with
+    ``ranking``, for the audit trail (empty when there are none).
     """
 
     policy_id: str
     ranking: tuple[JobId, ...]
     placements: Mapping[JobId, Placement] = field(default_factory=dict)
     scores: tuple[float, ...] = ()
+    holds: tuple[JobId, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "placements", MappingProxyType(dict(self.placements)))
+        object.__setattr__(self, "placements", FrozenDict(self.placements))
         if self.scores and len(self.scores) != len(self.ranking):
             raise ValueError("scores must be empty or aligned with ranking")

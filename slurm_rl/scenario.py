@@ -33,17 +33,23 @@ class Scenario:
 
     def runnable_jobs(self) -> tuple[list[Job], int]:
         """The trace's jobs that can run on this cluster at all, and how many cannot."""
-        jobs = [job for job in self.trace.jobs if can_ever_run(job, self.cluster)]
+        sizes = _node_sizes_by_type(self.cluster)
+        jobs = [job for job in self.trace.jobs if can_ever_run(job, sizes)]
         return jobs, len(self.trace.jobs) - len(jobs)
 
 
-def can_ever_run(job: Job, cluster: Cluster) -> bool:
+def _node_sizes_by_type(cluster: Cluster) -> dict[str | None, list[int]]:
+    """GPUs per node, largest first, for every GPU type (lower case) and for None (any type)."""
+    sizes: dict[str | None, list[int]] = {None: []}
+    for node in cluster.nodes:
+        sizes.setdefault(node.gpu_type.lower(), []).append(node.gpus)
+        sizes[None].append(node.gpus)
+    return {key: sorted(values, reverse=True) for key, values in sizes.items()}
+
+
+def can_ever_run(job: Job, sizes_by_type: dict[str | None, list[int]]) -> bool:
     """True when an empty cluster could hold the job with its shape and GPU type."""
-    wanted = job.gpu_type.lower() if job.gpu_type else None
-    sizes = sorted(
-        (n.gpus for n in cluster.nodes if wanted is None or n.gpu_type.lower() == wanted),
-        reverse=True,
-    )
+    sizes = sizes_by_type.get(job.gpu_type.lower() if job.gpu_type else None, [])
     if job.num_nodes is None and job.gpus_per_node is None:
         return sum(sizes) >= job.num_gpus
     shares = fixed_shape(job)
@@ -64,7 +70,7 @@ class ReplayResult:
 
 
 def build_simulation(scenario: Scenario, perf: PerformanceModel | None = None) -> Simulation:
-    perf = perf or PerformanceModel.default()
+    perf = scenario.spec.performance_model(perf)
     cluster = scenario.cluster
     fluctuation = None
     if scenario.fluctuation and scenario.spec.fluctuation.enabled:

@@ -8,23 +8,35 @@ starts before a higher-ranked one); ``walk="greedy"`` carries on down the rankin
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Literal
 
 import numpy as np
 
 from slurm_rl.agents.base import OrderingPolicy, PlacementPolicy
-from slurm_rl.core import ClusterSnapshot, Decision, JobId, Placement
+from slurm_rl.core import ClusterSnapshot, Decision, Job, JobId, Placement
 
 Walk = Literal["strict", "greedy"]
+_job_id = attrgetter("job_id")
 
 
 class Scheduler:
+    """``max_ranked`` bounds how many jobs one decision releases, like Slurm's own queue depth
+    (``default_queue_depth``, ``bf_max_job_test``): the rest wait for a later cycle, or for
+    Slurm once their deferral ends. It keeps a cycle's cost independent of the queue length."""
+
     def __init__(
-        self, ordering: OrderingPolicy, placement: PlacementPolicy, *, walk: Walk = "greedy"
+        self,
+        ordering: OrderingPolicy,
+        placement: PlacementPolicy,
+        *,
+        walk: Walk = "greedy",
+        max_ranked: int = 500,
     ) -> None:
         self.ordering = ordering
         self.placement = placement
         self.walk = walk
+        self.max_ranked = max_ranked
 
     @property
     def policy_id(self) -> str:
@@ -36,18 +48,18 @@ class Scheduler:
         if not snapshot.pending:
             return Decision(self.policy_id, ranking=())
         scores = np.asarray(self.ordering.score(snapshot), dtype=float)
-        order = np.argsort(-scores, kind="stable")
-        ranking = tuple(snapshot.pending[i].job_id for i in order)
-        placements = self._place(snapshot, order)
+        order = top_k_order(scores, self.max_ranked)
+        jobs = [snapshot.pending[i] for i in order]
+        ranking = tuple(map(_job_id, jobs))
+        placements = self._place(snapshot, jobs)
         return Decision(self.policy_id, ranking, placements, tuple(scores[order].tolist()))
 
-    def _place(self, snapshot: ClusterSnapshot, order: np.ndarray) -> dict[JobId, Placement]:
+    def _place(self, snapshot: ClusterSnapshot, jobs: list[Job]) -> dict[JobId, Placement]:
         free = list(snapshot.free_gpus)
         available = sum(free)
         placements: dict[JobId, Placement] = {}
         cluster = snapshot.cluster
-        for i in order:
-            job = snapshot.pending[i]
+        for job in jobs:
             if available == 0:
                 break
             placement = None
@@ -62,3 +74,13 @@ class Scheduler:
                 free[cluster.index(name)] -= gpus
             available -= placement.num_gpus
         return placements
+
+
+def top_k_order(scores: np.ndarray, k: int) -> list[int]:
+    """Indices of the ``k`` highest scores, highest first; ties keep queue (submit) order."""
+    if len(scores) > k:
+        candidates = np.argpartition(-scores, k - 1)[:k]
+        candidates.sort()  # queue order, so the stable sort below breaks ties by it
+        ranked = candidates[np.argsort(-scores[candidates], kind="stable")]
+        return ranked.tolist()  # type: ignore[no-any-return]
+    return np.argsort(-scores, kind="stable").tolist()  # type: ignore[no-any-return]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import multiprocessing
+import statistics
 import os
 import time
 from collections.abc import Sequence
@@ -56,7 +58,14 @@ def policy_names(text: str | None) -> list[str]:
 
 
 def gpu_speed_table() -> dict[str, float]:
-    return PerformanceModel.default().datasheet_speeds()
+    """A datasheet-like speed per GPU type: the geometric mean over job families of its measured
+    speed relative to V100 (what fastest-GPU-first ranks by; it knows no single machine)."""
+    by_family = PerformanceModel.default().speed_table()
+    types = {t for row in by_family.values() for t in row}
+    return {
+        t: math.exp(statistics.fmean(math.log(row[t]) for row in by_family.values() if t in row))
+        for t in types
+    }
 
 
 def run_simulate(console: Console, **options: Any) -> list[ReplayResult]:

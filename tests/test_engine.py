@@ -116,14 +116,15 @@ def test_sjf_beats_fifo_when_a_long_job_arrives_first():
 class Scripted:
     """Releases jobs in a fixed priority order with fixed pins (a test-only scheduler)."""
 
-    def __init__(self, order, pins=None):
-        self.order, self.pins = order, pins or {}
+    def __init__(self, order, pins=None, holds=()):
+        self.order, self.pins, self.holds = order, pins or {}, holds
 
     def decide(self, snapshot):
         pending = {j.job_id for j in snapshot.pending}
         ranking = tuple(j for j in self.order if j in pending)
         pins = {j: p for j, p in self.pins.items() if j in pending}
-        return Decision("scripted", ranking, pins)
+        holds = tuple(j for j in self.holds if j in pending)
+        return Decision("scripted", ranking, pins, holds=holds)
 
 
 def test_pinned_job_waits_for_its_nodes_without_blocking_others():
@@ -153,10 +154,28 @@ def test_easy_backfill_lets_short_jobs_pass_but_protects_the_reservation():
     assert starts["long"].start >= starts["wide"].start  # would have delayed "wide"
 
 
-def test_unranked_jobs_are_held_until_the_cap():
+def test_held_jobs_wait_until_the_cap():
     sim = simulation([job("j", 0.0, 1, 10.0)], mode="slurm", cycle_s=10.0)
-    run(sim, Scripted([]))
+    run(sim, Scripted([], holds=["j"]))
     assert sim.outcomes[0].start >= sim.config.hold_cap_s
+
+
+def test_jobs_neither_ranked_nor_held_start_when_their_deferral_ends():
+    sim = simulation([job("j", 0.0, 1, 10.0)], mode="slurm", cycle_s=10.0, defer_window_s=30.0)
+    run(sim, Scripted([]))
+    assert sim.outcomes[0].start == pytest.approx(30.0)
+
+
+def test_a_decision_releases_at_most_max_ranked_jobs():
+    jobs = [job(f"j{i}", float(i), 1, 1000.0) for i in range(20)]
+    sim = simulation(jobs)
+    snapshot = sim.next_snapshot()
+    while len(snapshot.pending) < 20:
+        sim.apply(Decision("none", ()))
+        snapshot = sim.next_snapshot()
+    decision = Scheduler(Fifo(), FirstFit(), max_ranked=5).decide(snapshot)
+    assert decision.ranking == ("j0", "j1", "j2", "j3", "j4")
+    assert list(decision.placements) == ["j0", "j1", "j2", "j3", "j4"]
 
 
 def test_direct_mode_rejects_placements_on_busy_nodes():

@@ -48,6 +48,12 @@ def _setup(
     return SlurmActuator(client, settings, source=source, clock=lambda: now), runner, state
 
 
+def _hold_all(state: SlurmState) -> Decision:
+    """A decision that releases nothing and holds every pending job back."""
+    pending = tuple(job_id for job_id, job in state.managed.items() if job.is_pending)
+    return Decision("p", (), holds=pending)
+
+
 def _updates(runner: FakeRunner) -> list[tuple[str, ...]]:
     return [argv for argv in runner.argvs if argv[:2] == ("scontrol", "update")]
 
@@ -166,8 +172,8 @@ def test_enforce_skips_a_placement_slurm_already_has() -> None:
 
 def test_enforce_extends_held_deferrals_up_to_the_cap() -> None:
     now = DEFERRED_UNTIL - 5  # the plugin's window is about to end
-    actuator, runner, _ = _setup(Mode.ENFORCE, now=now, defer_cap_s=7200, defer_extension_s=30)
-    report = actuator.apply(Decision("p", ()))
+    actuator, runner, state = _setup(Mode.ENFORCE, now=now, defer_cap_s=7200, defer_extension_s=30)
+    report = actuator.apply(_hold_all(state))
     held = sorted(
         (ROLES[k] for k in ("pending_prio", "pending_pinned", "pending_unlimited")), key=int
     )
@@ -177,21 +183,21 @@ def test_enforce_extends_held_deferrals_up_to_the_cap() -> None:
     assert {o.job_id: o.kind for o in report.outcomes} == dict.fromkeys(held, "defer")
     # Never past submit + cap:
     late = SUBMIT + 7200 - 10
-    actuator, runner, _ = _setup(Mode.ENFORCE, now=late, defer_cap_s=7200, defer_extension_s=30)
-    actuator.apply(Decision("p", ()))
+    actuator, runner, state = _setup(Mode.ENFORCE, now=late, defer_cap_s=7200, defer_extension_s=30)
+    actuator.apply(_hold_all(state))
     assert _updates(runner)[0][-1] == f"StartTime={slurm_time(SUBMIT + 7200)}"
 
 
 def test_after_the_cap_a_held_job_is_left_to_slurm() -> None:
-    actuator, runner, _ = _setup(Mode.ENFORCE, now=SUBMIT + 700, defer_cap_s=600)
-    report = actuator.apply(Decision("p", ()))
+    actuator, runner, state = _setup(Mode.ENFORCE, now=SUBMIT + 700, defer_cap_s=600)
+    report = actuator.apply(_hold_all(state))
     assert _updates(runner) == []
     assert {o.kind for o in report.outcomes} == {"left_to_slurm"}
 
 
 def test_a_deferral_with_time_left_is_not_touched() -> None:
-    actuator, runner, _ = _setup(Mode.ENFORCE, now=SUBMIT + 60, defer_cap_s=7200)
-    report = actuator.apply(Decision("p", ()))
+    actuator, runner, state = _setup(Mode.ENFORCE, now=SUBMIT + 60, defer_cap_s=7200)
+    report = actuator.apply(_hold_all(state))
     assert _updates(runner) == []
     assert {o.kind for o in report.outcomes} == {"unchanged"}
 

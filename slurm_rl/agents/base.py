@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+import numpy.typing as npt
+
 from slurm_rl.core import ClusterSnapshot, Job, Placement
+
+#: One score per pending job: a list, or an array for policies that score with array maths.
+Scores = Sequence[float] | npt.NDArray[np.float64]
 
 
 @runtime_checkable
@@ -22,7 +28,7 @@ class OrderingPolicy(Protocol):
 
     def observe(self, snapshot: ClusterSnapshot) -> None: ...
 
-    def score(self, snapshot: ClusterSnapshot) -> Sequence[float]:
+    def score(self, snapshot: ClusterSnapshot) -> Scores:
         """One score per job in ``snapshot.pending`` (same order); higher goes first."""
         ...
 

@@ -8,6 +8,9 @@ from collections import defaultdict, deque
 from collections.abc import Sequence
 from statistics import median
 
+import numpy as np
+
+from slurm_rl.agents.base import Scores
 from slurm_rl.core import ClusterSnapshot, Job
 
 
@@ -19,8 +22,8 @@ class Fifo:
     def observe(self, snapshot: ClusterSnapshot) -> None:
         return None
 
-    def score(self, snapshot: ClusterSnapshot) -> Sequence[float]:
-        return [-job.submit_time for job in snapshot.pending]
+    def score(self, snapshot: ClusterSnapshot) -> Scores:
+        return -snapshot.columns.submit_time
 
 
 class SjfOracle:
@@ -32,8 +35,9 @@ class SjfOracle:
     def observe(self, snapshot: ClusterSnapshot) -> None:
         return None
 
-    def score(self, snapshot: ClusterSnapshot) -> Sequence[float]:
-        return [-(job.oracle_duration or math.inf) for job in snapshot.pending]
+    def score(self, snapshot: ClusterSnapshot) -> Scores:
+        durations = snapshot.columns.oracle_duration
+        return -np.where(np.isnan(durations), math.inf, durations)
 
 
 def account_of(job: Job) -> str:
@@ -88,7 +92,7 @@ class Qssf:
                 return float(median(history))
         return self._default
 
-    def score(self, snapshot: ClusterSnapshot) -> Sequence[float]:
+    def score(self, snapshot: ClusterSnapshot) -> Scores:
         return [-job.num_gpus * self.predicted_duration(job) for job in snapshot.pending]
 
 
@@ -132,7 +136,7 @@ class Multifactor:
         for running in snapshot.running:
             self._usage[account_of(running.job)] += running.job.num_gpus * elapsed
 
-    def score(self, snapshot: ClusterSnapshot) -> Sequence[float]:
+    def score(self, snapshot: ClusterSnapshot) -> Scores:
         total_gpus = max(1, snapshot.cluster.total_gpus)
         accounts = {account_of(job) for job in snapshot.pending} | set(self._usage)
         fairshare = self._fairshare(accounts)

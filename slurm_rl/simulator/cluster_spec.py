@@ -35,12 +35,11 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from slurm_rl.core import Cluster, Node
+from slurm_rl.core import Cluster, FrozenDict, Node
 from slurm_rl.errors import InputError, UnknownNameError
 from slurm_rl.paths import REPO_DIR
 from slurm_rl.simulator.fluctuation import FluctuationConfig
@@ -107,8 +106,8 @@ class ClusterSpec:
     price_sources: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "speed_like", MappingProxyType(dict(self.speed_like)))
-        object.__setattr__(self, "price_sources", MappingProxyType(dict(self.price_sources)))
+        object.__setattr__(self, "speed_like", FrozenDict(self.speed_like))
+        object.__setattr__(self, "price_sources", FrozenDict(self.price_sources))
 
     @property
     def name(self) -> str:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -28,12 +29,18 @@ from slurm_rl.core import (
     FinishedJob,
     Job,
     JobId,
+    PendingColumns,
     Placement,
     RunningJob,
     SpeedObservation,
 )
 from slurm_rl.simulator.outcomes import JobOutcome, Timeline
-from slurm_rl.simulator.slurm_emulation import QueuedJob, RunningShape, schedule_pass, valid_pin
+from slurm_rl.simulator.slurm_emulation import (
+    RunningShape,
+    SlurmJobState,
+    schedule_pass,
+    valid_pin,
+)
 from slurm_rl.simulator.speed import SpeedModel
 
 if TYPE_CHECKING:
@@ -41,7 +48,6 @@ if TYPE_CHECKING:
 
 ActionMode = Literal["direct", "slurm"]
 _FINISH, _STEP, _EXPIRE, _TICK = 0, 1, 2, 3
-_RANKED_PRIORITY = 1_000_000.0
 
 
 @dataclass(frozen=True)
@@ -65,16 +71,28 @@ class SimConfig:
 
 @dataclass(eq=False)
 class _Run:
+    """A running job's progress. Its rate is min_i(s_i·m_i) · shape · coloc (see speed.py);
+    the parts are kept apart because each changes for a different reason."""
+
     job: Job
     nodes: tuple[int, ...]
     gpus: tuple[int, ...]
     start: float
     remaining: float
-    rate: float = 0.0
+    record: RunningJob
+    speeds: tuple[float, ...]
+    shape: float
+    coloc: float = 1.0
     health: float = 1.0
+    rate: float = 0.0
     updated: float = 0.0
     version: int = 0
-    record: RunningJob = field(init=False)
+
+    def refresh_rate(self) -> bool:
+        rate = min(self.speeds) * self.health * self.shape * self.coloc
+        changed = rate != self.rate or self.version == 0
+        self.rate = rate
+        return changed
 
 
 class Simulation:
@@ -94,19 +112,21 @@ class Simulation:
         self._fluctuation = fluctuation
         self._arrivals = list(jobs)
         self._next_arrival = 0
+        self._columns = _ArrivalColumns(self._arrivals)
         self.origin = self._arrivals[0].submit_time if self._arrivals else 0.0
         self.now = self.origin
         self._free = [node.gpus for node in cluster.nodes]
         self._node_jobs: list[set[JobId]] = [set() for _ in cluster.nodes]
         self._pending: dict[JobId, Job] = {}
         self._running: dict[JobId, _Run] = {}
+        self._running_records: dict[JobId, RunningJob] = {}
         self._events: list[tuple[float, int, int, object]] = []
         self._seq = 0
         self._decision_at: float | None = None
         self._new_finished: list[FinishedJob] = []
         self._new_observations: list[SpeedObservation] = []
-        self._rng = np.random.default_rng(self.config.seed)
-        self._slurm = _SlurmState()
+        self._rng = random.Random(self.config.seed)
+        self._slurm = SlurmJobState()
         self.outcomes: list[JobOutcome] = []
         self.timeline = Timeline()
         self.rejected_actions = 0
@@ -210,6 +230,7 @@ class Simulation:
             if job.submit_time > t:
                 break
             self._pending[job.job_id] = job
+            self._columns.pending[self._next_arrival] = True
             self._next_arrival += 1
             admitted = True
             if self.config.mode == "slurm":
@@ -239,19 +260,28 @@ class Simulation:
             self._free[i] -= gpus
             self._fee_rate += gpus * self.cluster.nodes[i].price_per_gpu_hour / 3600.0
         del self._pending[job.job_id]
+        self._columns.pending[self._columns.index[job.job_id]] = False
         self._slurm.forget(job.job_id)
         work = job.oracle_duration if job.oracle_duration is not None else 0.0
-        run = _Run(job, nodes, placement.gpus, self.now, remaining=work, updated=self.now)
-        run.record = RunningJob(job=job, start_time=self.now, placement=placement)
+        family = job.model_family
+        speeds = self._speed.member_speeds(family, nodes)
+        run = _Run(
+            job, nodes, placement.gpus, self.now, work,
+            RunningJob(job=job, start_time=self.now, placement=placement),
+            speeds, self._speed.shape_factor(family, nodes, placement.gpus),
+            health=self._speed.health_factor(speeds, nodes), updated=self.now,
+        )
         self._running[job.job_id] = run
+        self._running_records[job.job_id] = run.record
         affected = self._neighbours(nodes)
         for i in nodes:
             self._node_jobs[i].add(job.job_id)
-        self._reschedule([run, *affected])
+        self._refresh([run, *affected], colocation=True)
 
     def _finish(self, run: _Run) -> None:
         self._progress(run)
         del self._running[run.job.job_id]
+        del self._running_records[run.job.job_id]
         for i, gpus in zip(run.nodes, run.gpus, strict=True):
             self._free[i] += gpus
             self._fee_rate -= gpus * self.cluster.nodes[i].price_per_gpu_hour / 3600.0
@@ -261,7 +291,7 @@ class Simulation:
         self._new_finished.append(finished)
         self._observe(run)
         self.outcomes.append(self._outcome(run))
-        self._reschedule(self._neighbours(run.nodes))
+        self._refresh(self._neighbours(run.nodes), colocation=True)
 
     def _outcome(self, run: _Run) -> JobOutcome:
         runtime = self.now - run.start
@@ -292,12 +322,18 @@ class Simulation:
         run.remaining = max(0.0, run.remaining - (self.now - run.updated) * run.rate)
         run.updated = self.now
 
-    def _reschedule(self, runs: Sequence[_Run]) -> None:
+    def _refresh(self, runs: Sequence[_Run], *, colocation: bool = False,
+                 health: bool = False) -> None:
+        """Recompute the parts of these runs' rates that changed; re-time their finish."""
         for run in runs:
             self._progress(run)
-            families = self._neighbour_families(run)
-            breakdown = self._speed.rate(run.job, run.nodes, run.gpus, families)
-            run.rate, run.health = breakdown.rate, breakdown.health
+            if colocation:
+                run.coloc = self._speed.colocation(run.job.model_family,
+                                                   self._neighbour_families(run))
+            if health:
+                run.health = self._speed.health_factor(run.speeds, run.nodes)
+            if not run.refresh_rate():
+                continue  # its finish event still holds
             run.version += 1
             end = self.now + (run.remaining / run.rate if run.rate > 0 else math.inf)
             self._push(end, _FINISH, (run.job.job_id, run.version))
@@ -317,7 +353,7 @@ class Simulation:
         assert self._fluctuation is not None
         if self._fluctuation.advance_to(self.now - self.origin):
             runs = list(self._running.values())
-            self._reschedule(runs)
+            self._refresh(runs, health=True)
             for run in runs:
                 self._observe(run)
         if self._running or self._pending or self._next_arrival < len(self._arrivals):
@@ -326,10 +362,10 @@ class Simulation:
     def _observe(self, run: _Run) -> None:
         if not self.config.observations or not run.job.model_family:
             return
-        noise = float(np.exp(self._rng.normal(0.0, self.config.observation_noise)))
-        nodes = tuple(self.cluster.nodes[i].name for i in run.nodes)
+        noise = math.exp(self._rng.gauss(0.0, self.config.observation_noise))
         self._new_observations.append(
-            SpeedObservation(self.now, nodes, run.job.model_family, run.health * noise)
+            SpeedObservation(self.now, run.record.placement.nodes, run.job.model_family,
+                             run.health * noise)
         )
 
     # ----- snapshots and decisions -------------------------------------------------------
@@ -340,19 +376,19 @@ class Simulation:
             cluster=self.cluster,
             free_gpus=tuple(self._free),
             pending=tuple(self._pending.values()),
-            running=tuple(run.record for run in self._running.values()),
+            running=tuple(self._running_records.values()),
             finished=tuple(self._new_finished),
             observations=tuple(self._new_observations),
+            precomputed_columns=self._columns.pending_columns(),
         )
         self._new_finished.clear()
         self._new_observations.clear()
         return snapshot
 
     def _apply_direct(self, decision: Decision) -> None:
-        for job_id in decision.ranking:
-            placement = decision.placements.get(job_id)
+        for job_id, placement in decision.placements.items():  # in start order
             job = self._pending.get(job_id)
-            if placement is None or job is None:
+            if job is None:
                 continue
             if self._fits_now(job, placement):
                 self._start(job, placement)
@@ -368,38 +404,34 @@ class Simulation:
         )
 
     def _apply_slurm(self, decision: Decision) -> None:
-        released = self._slurm.released
-        released.clear()
-        ranked = len(decision.ranking)
-        for rank, job_id in enumerate(decision.ranking):
-            job = self._pending.get(job_id)
-            if job is None:
-                continue
-            released[job_id] = _RANKED_PRIORITY + ranked - rank
-            self._slurm.eligible_at[job_id] = self.now
-            self._pin(job, decision.placements.get(job_id))
-        self._hold_unranked()
+        pins = {
+            job_id: placement
+            for job_id, placement in decision.placements.items()
+            if job_id in self._pending and self._pinnable(job_id, placement)
+        }
+        self._slurm.set_levers(decision.ranking, pins)
+        self._hold(decision.holds)
         self._slurm_pass()
 
-    def _pin(self, job: Job, placement: Placement | None) -> None:
-        if placement is None:
-            self._slurm.pins.pop(job.job_id, None)
-        elif valid_pin(job, placement, self.cluster):
-            self._slurm.pins[job.job_id] = placement
-        else:
-            self.rejected_actions += 1
+    def _pinnable(self, job_id: JobId, placement: Placement) -> bool:
+        if valid_pin(self._pending[job_id], placement, self.cluster):
+            return True
+        self.rejected_actions += 1
+        return False
 
-    def _hold_unranked(self) -> None:
+    def _hold(self, holds: Sequence[JobId]) -> None:
         """Extend the deferral of jobs the decision holds back, as the daemon does live: by two
         review periods, never past the cap, with a review before it can lapse."""
         cap, review = self.config.hold_cap_s, max(self.config.cycle_s, 60.0)
         held = False
-        for job_id, job in self._pending.items():
-            if job_id not in self._slurm.released and self.now < job.submit_time + cap:
-                until = min(self.now + 2 * review, job.submit_time + cap)
-                if self._slurm.eligible_at.get(job_id, 0.0) < until:
-                    self._defer(job_id, until)
-                held = True
+        for job_id in holds:
+            job = self._pending.get(job_id)
+            if job is None or job_id in self._slurm.released or self.now >= job.submit_time + cap:
+                continue
+            until = min(self.now + 2 * review, job.submit_time + cap)
+            if self._slurm.eligible_at.get(job_id, 0.0) < until:
+                self._defer(job_id, until)
+            held = True
         if held:
             self._push(self.now + review, _TICK, None)
 
@@ -408,9 +440,9 @@ class Simulation:
         self._push(until, _EXPIRE, job_id)
 
     def _slurm_pass(self) -> None:
-        queue = self._slurm.queue(self._pending.values(), self.now)
-        if not queue or not any(self._free):
+        if not self._pending or not any(self._free):
             return
+        queue = self._slurm.queue(self._pending, self.now)
         running = [
             RunningShape(run.record.limit_end or math.inf, run.nodes, run.gpus)
             for run in self._running.values()
@@ -424,23 +456,20 @@ class Simulation:
         self.timeline.record(self.now, len(self._pending), busy)
 
 
-@dataclass
-class _SlurmState:
-    """The levers the daemon has set on pending jobs, as slurmctld would remember them."""
+class _ArrivalColumns:
+    """Numeric columns of every job in the replay, and which are pending, so a snapshot's
+    pending columns cost array operations, not a pass over the queue in Python."""
 
-    released: dict[JobId, float] = field(default_factory=dict)
-    pins: dict[JobId, Placement] = field(default_factory=dict)
-    eligible_at: dict[JobId, float] = field(default_factory=dict)
+    def __init__(self, jobs: Sequence[Job]) -> None:
+        self.index = {job.job_id: i for i, job in enumerate(jobs)}
+        self.all = PendingColumns.from_jobs(jobs)
+        self.pending = np.zeros(len(jobs), dtype=bool)
 
-    def forget(self, job_id: JobId) -> None:
-        self.released.pop(job_id, None)
-        self.pins.pop(job_id, None)
-        self.eligible_at.pop(job_id, None)
-
-    def queue(self, pending: Sequence[Job] | object, now: float) -> list[QueuedJob]:
-        eligible = []
-        for job in pending:  # type: ignore[attr-defined]
-            if self.eligible_at.get(job.job_id, 0.0) <= now:
-                priority = self.released.get(job.job_id, -job.submit_time * 1e-9)
-                eligible.append(QueuedJob(job, priority, self.pins.get(job.job_id)))
-        return eligible
+    def pending_columns(self) -> PendingColumns:
+        rows = np.flatnonzero(self.pending)
+        return PendingColumns(
+            submit_time=self.all.submit_time[rows],
+            num_gpus=self.all.num_gpus[rows],
+            time_limit=self.all.time_limit[rows],
+            oracle_duration=self.all.oracle_duration[rows],
+        )

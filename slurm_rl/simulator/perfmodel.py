@@ -38,9 +38,9 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
+from slurm_rl.core import FrozenDict
 from slurm_rl.errors import InputError, UnknownNameError
 from slurm_rl.paths import DATA_DIR
 
@@ -69,7 +69,7 @@ class PerformanceModel:
         except (KeyError, TypeError, ValueError) as error:
             raise InputError(f"malformed performance table ({error!r})", path=source) from error
         self._aliases: dict[str, str] = {**loaded, **self._checked_aliases(extra_aliases or {})}
-        self._extra = MappingProxyType(dict(extra_aliases or {}))
+        self._extra = FrozenDict(extra_aliases or {})
         self._caches: dict[str, dict[Any, float]] = {
             "speed": {}, "spread": {}, "coloc": {}, "best": {}
         }

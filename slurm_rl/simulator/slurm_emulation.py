@@ -16,11 +16,13 @@ slurmctld 22.05 with ``sched/backfill`` would:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from slurm_rl.agents.nodesets import place_in_order
-from slurm_rl.core import Cluster, Job, Placement, placement_fits_shape
+from slurm_rl.core import Cluster, Job, JobId, Placement, placement_fits_shape
 
 NO_LIMIT = float("inf")
 
@@ -49,34 +51,74 @@ class _Reservation:
 
 def schedule_pass(
     now: float,
-    queue: Sequence[QueuedJob],
+    queue: Iterable[QueuedJob],
     free_gpus: list[int],
     running: Sequence[RunningShape],
     cluster: Cluster,
 ) -> list[tuple[Job, Placement]]:
-    """Jobs to start now, in start order. ``free_gpus`` is updated in place."""
-    starts: list[tuple[Job, Placement]] = []
-    masked: set[int] = set()
-    reservation: _Reservation | None = None
-    natural_order = range(len(cluster.nodes))
-    for item in sorted(queue, key=lambda q: -q.priority):
+    """Jobs to start now, in start order, walking ``queue`` (highest priority first).
+    ``free_gpus`` is updated in place."""
+    state = _Pass(now, free_gpus, running, cluster)
+    for item in queue:
         if not any(free_gpus):
             break
-        placement = _try(item, free_gpus, masked, cluster, natural_order)
-        if placement is not None and _respects(now, item.job, placement, reservation, cluster):
-            _take(placement, free_gpus, cluster)
-            starts.append((item.job, placement))
-            continue
+        state.consider(item)
+    return state.starts
+
+
+def _shape_key(job: Job) -> tuple[int, int | None, int | None, str | None]:
+    return (job.num_gpus, job.num_nodes, job.gpus_per_node, job.gpu_type)
+
+
+class _Pass:
+    """One pass over the queue. Free GPUs only shrink and masks only grow during a pass, so a
+    request shape that found no nodes once will find none later in the same pass: remembering
+    that keeps a pass over a long queue linear in its length."""
+
+    def __init__(
+        self, now: float, free_gpus: list[int], running: Sequence[RunningShape], cluster: Cluster
+    ) -> None:
+        self.now, self.free, self.running, self.cluster = now, free_gpus, running, cluster
+        self.starts: list[tuple[Job, Placement]] = []
+        self.masked: set[int] = set()
+        self.reservation: _Reservation | None = None
+        self.no_fit: set[tuple[int, int | None, int | None, str | None]] = set()
+        self.no_detour: set[tuple[int, int | None, int | None, str | None]] = set()
+        self.order = range(len(cluster.nodes))
+
+    def consider(self, item: QueuedJob) -> None:
+        key = _shape_key(item.job)
+        if item.pin is None and key in self.no_fit:
+            return
+        placement = _try(item, self.free, self.masked, self.cluster, self.order)
+        if placement is not None and _respects(self.now, item.job, placement, self.reservation,
+                                               self.cluster):
+            self._start(item.job, placement)
+            return
         if item.pin is not None:
-            masked.update(cluster.index(n) for n in item.pin.nodes)
-        elif reservation is None:
-            reservation = _reserve(now, item.job, free_gpus, running, cluster)
-        if placement is not None and reservation is not None:
-            avoiding = _avoid_reserved(item, free_gpus, masked, reservation, cluster)
-            if avoiding is not None:
-                _take(avoiding, free_gpus, cluster)
-                starts.append((item.job, avoiding))
-    return starts
+            self.masked.update(self.cluster.index(n) for n in item.pin.nodes)
+            return
+        if placement is None:
+            self.no_fit.add(key)
+            if self.reservation is None:
+                self.reservation = _reserve(self.now, item.job, self.free, self.running,
+                                            self.cluster)
+            return
+        self._detour(item, key)
+
+    def _detour(self, item: QueuedJob, key: tuple[int, int | None, int | None, str | None]) -> None:
+        """Start the job away from the reserved nodes, if it fits there."""
+        if key in self.no_detour or self.reservation is None:
+            return
+        placement = _avoid_reserved(item, self.free, self.masked, self.reservation, self.cluster)
+        if placement is None:
+            self.no_detour.add(key)
+        else:
+            self._start(item.job, placement)
+
+    def _start(self, job: Job, placement: Placement) -> None:
+        _take(placement, self.free, self.cluster)
+        self.starts.append((job, placement))
 
 
 def _try(
@@ -163,3 +205,33 @@ def valid_pin(job: Job, pin: Placement, cluster: Cluster) -> bool:
         return False
     wanted = job.gpu_type.lower() if job.gpu_type else None
     return wanted is None or all(node.gpu_type.lower() == wanted for node in nodes)
+
+
+@dataclass
+class SlurmJobState:
+    """The levers the daemon has set on pending jobs, as slurmctld remembers them.
+
+    Priority order is the last decision's ranking (the daemon sets descending priorities);
+    jobs it did not rank come after, in submit order, once their deferral has run out.
+    """
+
+    ranking: tuple[JobId, ...] = ()
+    released: frozenset[JobId] = frozenset()
+    pins: Mapping[JobId, Placement] = field(default_factory=dict)
+    eligible_at: dict[JobId, float] = field(default_factory=dict)
+
+    def set_levers(self, ranking: tuple[JobId, ...], pins: Mapping[JobId, Placement]) -> None:
+        self.ranking, self.released, self.pins = ranking, frozenset(ranking), pins
+
+    def forget(self, job_id: JobId) -> None:
+        self.eligible_at.pop(job_id, None)
+
+    def queue(self, pending: Mapping[JobId, Job], now: float) -> Iterator[QueuedJob]:
+        """Eligible pending jobs, highest priority first (lazily: a pass stops early)."""
+        for rank, job_id in enumerate(self.ranking):
+            job = pending.get(job_id)
+            if job is not None:
+                yield QueuedJob(job, -rank, self.pins.get(job_id))
+        for job_id, job in pending.items():
+            if job_id not in self.released and self.eligible_at.get(job_id, 0.0) <= now:
+                yield QueuedJob(job, -math.inf)

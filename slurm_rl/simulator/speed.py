@@ -50,6 +50,7 @@ class SpeedModel:
         self._node_groups = tuple(n.host_group for n in cluster.nodes)
         self._fluctuation = fluctuation
         self._type_speed: dict[tuple[str, str], float] = {}
+        self._best_rate: dict[tuple[str, int, str | None], float] = {}
 
     def type_speed(self, family: str, node: int) -> float:
         key = (family, self._node_types[node])
@@ -81,6 +82,22 @@ class SpeedModel:
         nominal = healthy * shape * coloc
         return RateBreakdown(rate=actual * shape * coloc, nominal=nominal, health=actual / healthy)
 
+    def member_speeds(self, family: str, nodes: Sequence[int]) -> tuple[float, ...]:
+        return tuple(self.type_speed(family, i) for i in nodes)
+
+    def health_factor(self, speeds: Sequence[float], nodes: Sequence[int]) -> float:
+        """min_i s_i·m_i / min_i s_i: how far machine health slows the gang down."""
+        actual = min(s * self.health(i) for s, i in zip(speeds, nodes, strict=True))
+        return actual / min(speeds)
+
+    def colocation(self, family: str, neighbour_families: tuple[str, ...]) -> float:
+        if not neighbour_families:
+            return 1.0
+        return self._perf.colocation_factor(family, neighbour_families)
+
+    def shape_factor(self, family: str, nodes: Sequence[int], gpus: tuple[int, ...]) -> float:
+        return self._shape_factor(family, nodes, gpus)
+
     def _shape_factor(self, family: str, nodes: Sequence[int], gpus: tuple[int, ...]) -> float:
         if len(nodes) == 1:
             return 1.0
@@ -88,6 +105,14 @@ class SpeedModel:
         return self._perf.spread_factor(family, gpus, same_host_group=same_group)
 
     def best_rate(self, job: Job, cluster: Cluster) -> float:
+        key = (job.model_family, job.num_gpus, job.gpu_type)
+        cached = self._best_rate.get(key)
+        if cached is None:
+            cached = self._compute_best_rate(job, cluster)
+            self._best_rate[key] = cached
+        return cached
+
+    def _compute_best_rate(self, job: Job, cluster: Cluster) -> float:
         """The fastest rate this job could ever run at on this cluster (for the JCT lower bound):
         the fastest usable GPU type, consolidated if it fits on one node of that type, healthy,
         alone."""

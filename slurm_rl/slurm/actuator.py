@@ -178,7 +178,7 @@ def plan(
     placements = decision.placements if placing else {}
     updates = _release_updates(ranked, placements, state.time, config, deferred_by_us, outcomes)
     if placing:
-        held = [j for j in pending.values() if j.job_id not in decision.ranking]
+        held = [pending[job_id] for job_id in decision.holds if job_id in pending]
         updates.extend(_hold_updates(held, state.time, config, deferred_by_us, outcomes))
     return _Plan(_merge(updates), outcomes)
 

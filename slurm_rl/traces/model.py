@@ -12,9 +12,8 @@ import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from types import MappingProxyType
 
-from slurm_rl.core import Job
+from slurm_rl.core import FrozenDict, Job
 from slurm_rl.errors import InputError
 
 TimePoint = float | int | datetime
@@ -43,7 +42,7 @@ class Trace:
     skipped: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "skipped", MappingProxyType(dict(self.skipped)))
+        object.__setattr__(self, "skipped", FrozenDict(self.skipped))
         keys = [(job.submit_time, job.job_id) for job in self.jobs]
         if any(later < earlier for earlier, later in zip(keys, keys[1:], strict=False)):
             raise ValueError(f"trace {self.name!r}: jobs are not sorted by (submit_time, job_id)")

@@ -157,13 +157,13 @@ def test_enforce_extends_the_deferral_of_held_jobs(live: LiveCluster) -> None:
         live, source, Mode.ENFORCE, defer_extension_s=40, renew_margin_s=10, defer_cap_s=600
     )
     asked = time.time()
-    report = actuator.apply(Decision("test", ()))
+    report = actuator.apply(Decision("test", (), holds=(job_id,)))
     assert report.outcome(job_id) is not None
     assert report.outcome(job_id).kind == "defer"  # type: ignore[union-attr]
     eligible = live.job(job_id).eligible_time
     assert eligible is not None and eligible == pytest.approx(asked + 40, abs=2)
     source.snapshot()
-    again = actuator.apply(Decision("test", ()))
+    again = actuator.apply(Decision("test", (), holds=(job_id,)))
     assert again.outcome(job_id).kind == "unchanged"  # type: ignore[union-attr]
     assert again.commands == ()
 
