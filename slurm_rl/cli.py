@@ -13,6 +13,7 @@ from rich.console import Console
 
 from slurm_rl import __version__
 from slurm_rl.errors import SlurmRLError
+from slurm_rl.slurm.cli import devcluster_group
 
 F = TypeVar("F", bound=Callable[..., Any])
 console = Console()
@@ -69,16 +70,7 @@ def simulate(**options: Any) -> None:
     run_simulate(console, **options)
 
 
-def _register_optional_groups() -> None:
-    """Subcommands that live with their subsystem (Slurm dev cluster, daemon, ...)."""
-    try:
-        from slurm_rl.slurm.cli import devcluster_group
-    except ImportError:
-        return
-    main.add_command(devcluster_group, "devcluster")
-
-
-_register_optional_groups()
+main.add_command(devcluster_group, "devcluster")
 
 if __name__ == "__main__":  # pragma: no cover
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
