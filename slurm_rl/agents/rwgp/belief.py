@@ -164,6 +164,12 @@ class SpeedBelief:
             var = var + self.prior.class_cells[cells, cells]
         return mean, var.clamp(min=_JITTER)
 
+    def covariance(self, machines: Tensor, slots: Tensor) -> Tensor:
+        """Posterior covariance of ``f`` between the given (machine, class slot) points."""
+        index = self._indices(machines, slots)
+        block = self._cov[index[:, None, :, None], index[None, :, None, :]]
+        return block.sum((-1, -2))
+
     def condition(self, batch: Batch) -> None:
         """One Kalman update with every observation of the batch (module docstring)."""
         rows = self._rows(batch)
@@ -189,7 +195,9 @@ class SpeedBelief:
         mask = valid[:, :, None].expand(b, k, 3)
         values = batch.weights[:, :, None].expand(b, k, 3)
         coords = torch.stack([row[mask], index[mask]])
-        return torch.sparse_coo_tensor(coords, values[mask], (b, self.size)).coalesce()
+        return torch.sparse_coo_tensor(
+            coords, values[mask], (b, self.size), check_invariants=False
+        ).coalesce()
 
     def state_dict(self) -> dict[str, Tensor]:
         return {"mean": self._mean, "cov": self._cov, "time_h": torch.tensor(self.time_h)}

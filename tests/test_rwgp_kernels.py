@@ -1,0 +1,128 @@
+"""RWGP maths: the cell formula is the diffusion kernel, the state-space prior is the kernel,
+and the online update is the exact GP posterior."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from slurm_rl.agents.rwgp.belief import Batch, SpeedBelief, StatePrior, min_linearisation
+from slurm_rl.agents.rwgp.kernels import Hyperparameters, MachineGraph, RwgpPrior
+from slurm_rl.agents.rwgp.placement import gaussian_min
+from slurm_rl.core import Cluster, Node
+
+
+def crossed_cluster() -> Cluster:
+    """Types crossed with host groups, uneven sizes, and two machines without a group."""
+    nodes = [Node(f"a{i}", "A100", 8, f"rack{i % 3}") for i in range(7)]
+    nodes += [Node(f"v{i}", "V100", 4, f"rack{i % 2}") for i in range(5)]
+    nodes += [Node("t0", "T4", 4), Node("t1", "T4", 4)]
+    return Cluster("crossed", tuple(nodes))
+
+
+def brute_force_diffusion(cluster: Cluster, w_type: float, w_group: float) -> torch.Tensor:
+    nodes = cluster.nodes
+    n = len(nodes)
+    types = [x.gpu_type for x in nodes]
+    groups = [x.host_group for x in nodes]
+    weight = torch.zeros(n, n, dtype=torch.float64)
+    for i in range(n):
+        for j in range(n):
+            if i == j:
+                continue
+            if types[i] == types[j]:
+                weight[i, j] += w_type / max(types.count(types[i]) - 1, 1)
+            if groups[i] and groups[i] == groups[j]:
+                weight[i, j] += w_group / max(groups.count(groups[i]) - 1, 1)
+    laplacian = torch.diag(weight.sum(1)) - weight
+    heat = torch.linalg.matrix_exp(-laplacian)
+    scale = heat.diagonal().rsqrt()
+    return heat * scale[:, None] * scale[None, :]
+
+
+@pytest.mark.parametrize(("w_type", "w_group"), [(0.5, 0.5), (3.0, 0.2), (0.01, 8.0)])
+def test_cell_formula_is_the_diffusion_kernel(w_type: float, w_group: float) -> None:
+    cluster = crossed_cluster()
+    prior = RwgpPrior(MachineGraph.from_cluster(cluster),
+                      Hyperparameters(type_weight=w_type, group_weight=w_group))
+    exact = brute_force_diffusion(cluster, w_type, w_group)
+    ours = prior.graph_kernel.parts().dense()
+    assert torch.allclose(ours, exact, atol=1e-8)
+    machines = torch.arange(len(cluster.nodes), dtype=torch.float64)[:, None]
+    assert torch.allclose(prior.graph_kernel(machines).to_dense(), exact, atol=1e-8)
+
+
+def test_state_space_prior_is_the_kernel() -> None:
+    cluster = crossed_cluster()
+    prior = RwgpPrior(MachineGraph.from_cluster(cluster))
+    belief = SpeedBelief(StatePrior.from_prior(prior), 0.0)
+    belief.add_slot()
+    belief.add_slot()
+    machines = torch.tensor([0, 1, 3, 7, 8, 12, 0, 7])
+    slots = torch.tensor([0, 0, 1, 0, 1, 1, 1, 1])
+    x = torch.stack([machines.double(), slots.double(), torch.zeros(8, dtype=torch.float64)], -1)
+    with torch.no_grad():
+        kernel = prior.covariance(x).to_dense()
+    assert torch.allclose(belief.covariance(machines, slots), kernel, atol=1e-10)
+
+
+def test_online_update_is_the_exact_gp_posterior() -> None:
+    """Kalman steps through time with batches of one-machine readings give the same posterior
+    as GP regression with the composed GPyTorch kernel over all of them at once."""
+    cluster = crossed_cluster()
+    prior = RwgpPrior(MachineGraph.from_cluster(cluster),
+                      Hyperparameters(lengthscale_h=3.0, drift_std=0.05))
+    belief = SpeedBelief(StatePrior.from_prior(prior), 0.0)
+    belief.add_slot()
+    belief.add_slot()
+    gen = torch.Generator().manual_seed(1)
+    rows: list[tuple[int, int, float, float]] = []
+    for time_h in (0.0, 1.5, 4.0):
+        machines = torch.randint(0, len(cluster.nodes), (5,), generator=gen)
+        slots = torch.randint(0, 2, (5,), generator=gen)
+        speeds = 0.9 + 0.1 * torch.rand(5, generator=gen, dtype=torch.float64)
+        belief.advance(time_h)
+        belief.condition(Batch(machines[:, None], torch.ones(5, 1, dtype=torch.float64), slots,
+                               speeds, torch.full((5,), 4e-4, dtype=torch.float64)))
+        rows += [(int(m), int(c), time_h, float(y)) for m, c, y in zip(machines, slots, speeds)]
+    belief.advance(6.0)
+    data = torch.tensor(rows, dtype=torch.float64)
+    x, y = data[:, :3], data[:, 3]
+    test_m = torch.arange(len(cluster.nodes))
+    test_x = torch.stack([test_m.double(), torch.ones_like(test_m, dtype=torch.float64),
+                          torch.full_like(test_m, 6.0, dtype=torch.float64)], -1)
+    with torch.no_grad():
+        k_xx = prior.covariance(x).to_dense() + 4e-4 * torch.eye(len(rows), dtype=torch.float64)
+        k_sx = prior.covariance(test_x, x).to_dense()
+        k_ss = prior.covariance(test_x, diag=True)
+        mu0 = float(prior.mean.constant)
+        solve = torch.linalg.solve(k_xx, torch.cat([(y - mu0)[:, None], k_sx.T], 1))
+        exact_mean = mu0 + k_sx @ solve[:, 0]
+        exact_var = k_ss - (k_sx * solve[:, 1:].T).sum(1)
+    mean, var = belief.marginals(test_m, torch.ones_like(test_m))
+    assert torch.allclose(mean, exact_mean, atol=1e-8)
+    assert torch.allclose(var, exact_var, atol=1e-9)
+
+
+def test_min_linearisation_weights_the_likely_slowest_member() -> None:
+    mean = torch.tensor([[1.0, 0.7, 1.0], [0.9, 0.9, 0.0]], dtype=torch.float64)
+    var = torch.full((2, 3), 1e-4, dtype=torch.float64)
+    valid = torch.tensor([[True, True, True], [True, True, False]])
+    lin = min_linearisation(mean, var, valid, torch.Generator().manual_seed(0), samples=2000)
+    assert lin.weights[0].tolist() == pytest.approx([0.0, 1.0, 0.0])
+    assert lin.weights[1].tolist() == pytest.approx([0.5, 0.5, 0.0], abs=0.05)
+    # two equal members: E[min] lies below either mean by θφ(0) = sqrt(2e-4)/sqrt(2π)
+    assert float(lin.offset[1]) == pytest.approx(math.sqrt(2e-4) / math.sqrt(2 * math.pi), rel=0.1)
+
+
+def test_gaussian_min_matches_sampling() -> None:
+    mean = torch.tensor([0.95, 0.9, 1.0], dtype=torch.float64).numpy()
+    std = torch.tensor([0.05, 0.02, 0.1], dtype=torch.float64).numpy()
+    m, s = gaussian_min(mean, std)
+    draws = torch.randn(200_000, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    samples = (torch.from_numpy(mean) + torch.from_numpy(std) * draws).min(1).values
+    assert m == pytest.approx(float(samples.mean()), abs=2e-3)
+    assert s == pytest.approx(float(samples.std()), rel=0.05)
+    assert gaussian_min(mean[:1], std[:1]) == (0.95, 0.05)
