@@ -177,10 +177,12 @@ class RwgpModel:
         extra = float(np.mean([e for _, e in group])) / len(group)
         return Reading(machines, self._slot_for(job_class), time_h, speed, len(group), extra)
 
-    def _assimilate(self, readings: list[Reading]) -> None:
-        """One Kalman update with readings of one time bucket (at its latest time)."""
+    def _assimilate(self, readings: list[Reading], linearise: bool = True) -> None:
+        """One Kalman update with readings of one time bucket (at its latest time); with
+        ``linearise=False`` the readings' own weights are used."""
         self.belief.advance(max(r.time_h for r in readings))
-        readings = self._linearise(readings)
+        if linearise:
+            readings = self._linearise(readings)
         width = max(len(r.machines) for r in readings)
         machines = torch.tensor([_pad(r.machines, width, -1) for r in readings], dtype=torch.long)
         noise = [
@@ -235,7 +237,8 @@ class RwgpModel:
     def fit(self, steps: int | None = None) -> float:
         """Type-II ML on the latest readings, then rebuild the belief; returns the final
         negative log marginal likelihood per reading (NaN with too few readings)."""
-        data = list(self.window)[-self.config.fit_window :]
+        window = self._linearise([_raw(r) for r in self.window])
+        data = window[-self.config.fit_window :]
         if len(data) < 8:
             return float("nan")
         optimizer = torch.optim.Adam(self.prior.parameters(), lr=self.config.fit_lr)
@@ -246,7 +249,7 @@ class RwgpModel:
             loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
         self.fits += 1
-        self._rebuild()
+        self._rebuild(window)
         return float(loss.detach())
 
     def _negative_mll(self, data: Sequence[Reading]) -> Tensor:
@@ -289,17 +292,21 @@ class RwgpModel:
         mean_term = 0.5 * ((p.mean.constant - init.mean) / 0.05) ** 2
         return total + mean_term  # type: ignore[no-any-return]
 
-    def _rebuild(self) -> None:
-        """A fresh belief under the new hyperparameters, conditioned on the window again."""
+    def _rebuild(self, readings: list[Reading]) -> None:
+        """A fresh belief under the new hyperparameters, conditioned on the window again.
+
+        ``readings`` (the window) come re-linearised at the belief that has seen everything:
+        a gang read early, when no member was known, split the blame evenly (``w = ½, ½``);
+        by now the straggler in it is known, and the healthy member is cleared. The fit uses
+        the same weights."""
         now = self.belief.time_h
-        readings = list(self.window)
         start = readings[0].time_h if readings else now
         self.belief = SpeedBelief(StatePrior.from_prior(self.prior), start)
         for _ in range(len(self._slots)):
             self.belief.add_slot()
         self.window.clear()
-        for batch in _by_time([_raw(r) for r in readings], self._bucket_h):
-            self._assimilate(batch)
+        for batch in _by_time(readings, self._bucket_h):
+            self._assimilate(batch, linearise=False)
         self.belief.advance(now)
         self._cache.clear()
 
