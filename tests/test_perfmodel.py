@@ -255,3 +255,16 @@ def test_spread_table_is_the_isotonic_fit_of_the_measured_points() -> None:
 def test_isotonic_fit_pools_only_violating_neighbours() -> None:
     fit = _derive_script().isotonic_spread({2: (0.5, 1), 3: (0.7, 1), 4: (0.4, 2), 8: (0.3, 1)})
     assert fit == {2: 0.6, 3: 0.6, 4: 0.4, 8: 0.3}
+
+
+def test_a_gang_runs_at_its_most_crowded_nodes_pace(model: PerformanceModel) -> None:
+    by_node = [("bert",), ("ncf", "imagenet", "imagenet"), ()]
+    assert model.gang_colocation_factor("imagenet", by_node) == model.colocation_factor(
+        "imagenet", ("imagenet", "imagenet", "ncf")
+    )
+    assert model.gang_colocation_factor("imagenet", [(), ()]) == 1.0
+    # not the product over every neighbour of every node
+    many = [("imagenet",) * 7] * 4
+    assert model.gang_colocation_factor("imagenet", many) > model.colocation_factor(
+        "imagenet", ("imagenet",) * 28
+    )

@@ -24,7 +24,9 @@ bridge and assumption. Three independent factors:
 
   ``s_same`` is Gavel's same-GPU pair throughput; ``alpha`` (about 0.03) scales it down to
   node sharing, calibrated on Pollux's one-node placements (assumption: the same-GPU
-  interference pattern carries over, much weakened, to sharing a node).
+  interference pattern carries over, much weakened, to sharing a node). ``N`` is the jobs on
+  *one* node; a gang spanning several nodes runs at its most crowded node's pace
+  (``gang_colocation_factor``).
 
 The empty family ``""`` (a live job whose model is unknown) is the ``any`` pseudo-family:
 geometric means over the six families. Every method is cached by its argument tuple: the
@@ -257,6 +259,17 @@ class PerformanceModel:
                 value *= 1.0 - self._alpha * (1.0 - row[self.canonical_family(other)])
             self._store(cache, key, value)
         return value
+
+    def gang_colocation_factor(
+        self, family: str, neighbours_by_node: Iterable[tuple[str, ...]]
+    ) -> float:
+        """Co-location of a multi-node gang: interference is a per-node effect and the gang
+        runs at the pace of its most crowded node, so the minimum over its nodes of
+        ``colocation_factor`` with that node's neighbours (pass one tuple per node)."""
+        return min(
+            (self.colocation_factor(family, tuple(sorted(n))) for n in neighbours_by_node),
+            default=1.0,
+        )
 
     # ----- helpers --------------------------------------------------------------------------
 
