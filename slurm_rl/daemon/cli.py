@@ -1,0 +1,74 @@
+"""``slurm-rl daemon``: run the scheduling daemon beside slurmctld.
+
+Exported as :data:`daemon_command`; the main CLI registers it. ``python -m slurm_rl.daemon``
+runs the same command. Errors reach the user as one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from slurm_rl.daemon.config import DaemonConfig, load_config
+from slurm_rl.daemon.runner import Daemon
+from slurm_rl.errors import SlurmRLError
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# The actuator logs every scontrol call at INFO; the daemon's one line per cycle sums them up.
+CHATTY_LOGGERS = ("slurm_rl.slurm.actuator",)
+
+
+def configure_logging(config: DaemonConfig) -> None:
+    """Log to stdout at the config's level (called again after every reload)."""
+    level = getattr(logging, config.log_level.upper())
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(stream=sys.stdout, format=LOG_FORMAT)
+    root.setLevel(level)
+    chatty = logging.DEBUG if level <= logging.DEBUG else logging.WARNING
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(chatty)
+
+
+@click.command("daemon")
+@click.option("--config", "config_path", default=None,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="TOML file; the daemon reads its [daemon] table (re-read on SIGHUP).")
+@click.option("--policy", default=None, help="<ordering>+<placement>, e.g. fifo+best-fit.")
+@click.option("--mode", type=click.Choice(["shadow", "advise", "enforce"]), default=None,
+              help="shadow: change nothing; advise: order only; enforce: order and place.")
+@click.option("--once", is_flag=True, help="Run one cycle and exit (1 if it was skipped).")
+@click.option("--dry-run", is_flag=True, default=None,
+              help="Plan as the mode would, send nothing to Slurm (the shadow actuator).")
+@click.option("--store", "store_url", default=None,
+              help="SQLAlchemy URL of the store [default: SQLite under the state dir].")
+@click.option("--interval", "interval_s", type=click.FloatRange(min=0.01, min_open=False),
+              default=None, help="Seconds from one cycle to the next [default: 5].")
+def daemon_command(
+    config_path: Path | None,
+    policy: str | None,
+    mode: str | None,
+    once: bool,
+    dry_run: bool | None,
+    store_url: str | None,
+    interval_s: float | None,
+) -> None:
+    """Order and place pending GPU jobs on this Slurm cluster, and record everything.
+
+    Settings come from the defaults, then --config, then these options. SIGTERM finishes
+    the running cycle and exits; SIGHUP reloads the config and the policy.
+    """
+    overrides = {"policy": policy, "mode": mode, "dry_run": dry_run,
+                 "store_url": store_url, "interval_s": interval_s}
+    try:
+        daemon = Daemon(lambda: load_config(config_path, overrides), on_config=configure_logging)
+    except SlurmRLError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if once:
+        result = daemon.run_once()
+        daemon.close(retire=False)  # one cycle of a series (cron, tests): keep the beat
+        sys.exit(0 if result.ok else 1)
+    sys.exit(daemon.run())

@@ -1,0 +1,125 @@
+"""The daemon's settings: a typed, validated model read from the ``[daemon]`` table of a TOML
+file, with command-line overrides on top.
+
+Precedence (lowest first): the defaults below, the file, the command line. SIGHUP re-reads
+the file and re-applies the same command-line overrides, so a flag given at start-up keeps
+winning after a reload. Other tables of the file belong to other parts of slurm-rl and are
+left alone, so one site file can configure them all.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from slurm_rl.errors import InputError
+
+ModeName = Literal["shadow", "advise", "enforce"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+SECTION = "daemon"
+DEFAULT_STATE_DIR = Path("/var/lib/slurm-rl")
+STORE_FILE = "slurm-rl.sqlite"
+HEARTBEAT_FILE = "heartbeat"
+
+
+class DaemonConfig(BaseModel):
+    """Everything one daemon run needs; see docs/daemon.md for each field."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    policy: str = Field("fifo+best-fit", description="<ordering>+<placement> policy name")
+    mode: ModeName = "shadow"
+    dry_run: bool = Field(False, description="plan as in `mode`, send nothing (shadow actuator)")
+    interval_s: float = Field(5.0, gt=0, description="seconds from one cycle start to the next")
+    partitions: tuple[str, ...] = Field((), description="managed partitions; empty = all")
+    cluster_name: str = Field("", description="name in the store; default: Slurm's, or 'slurm'")
+    state_dir: Path = DEFAULT_STATE_DIR
+    store_url: str | None = Field(None, description="SQLAlchemy URL; default SQLite in state_dir")
+    heartbeat_path: Path | None = Field(None, description="default: <state_dir>/heartbeat")
+    plugin_conf_dir: Path | None = Field(
+        None, description="directory of slurm.conf: write job_submit_slurm_rl.conf there"
+    )
+    heartbeat_max_age_s: int = Field(30, ge=1)
+    defer_window_s: int = Field(10, ge=1)
+    defer_extension_s: float = Field(30.0, gt=0)
+    defer_cap_s: float = Field(600.0, ge=0)
+    slurm_timeout_s: float = Field(15.0, gt=0, description="timeout of squeue/sinfo/scontrol")
+    slurm_conf: Path | None = Field(None, description="SLURM_CONF for the Slurm commands")
+    price_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
+    seed: int = 0
+    log_level: LogLevel = "info"
+
+    @model_validator(mode="after")
+    def _heartbeat_outlives_a_cycle(self) -> DaemonConfig:
+        # A beat older than max_age means "daemon down": two cycles must fit in it, or a
+        # slow cycle would switch the deferral off while the daemon is fine.
+        if self.heartbeat_max_age_s < 2 * self.interval_s:
+            raise ValueError(
+                f"heartbeat_max_age_s ({self.heartbeat_max_age_s}) must be at least twice "
+                f"interval_s ({self.interval_s:g})"
+            )
+        return self
+
+    @property
+    def store(self) -> str:
+        """The store URL (SQLite under ``state_dir`` unless one is given)."""
+        return self.store_url or f"sqlite:///{self.state_dir / STORE_FILE}"
+
+    @property
+    def heartbeat(self) -> Path:
+        return self.heartbeat_path or self.state_dir / HEARTBEAT_FILE
+
+    @property
+    def actuator_mode(self) -> str:
+        """What the actuator really does: the configured mode, or ``shadow`` for a dry run."""
+        return "shadow" if self.dry_run else self.mode
+
+    @property
+    def changes_slurm(self) -> bool:
+        """Whether this run may change anything in Slurm (heartbeat and plugin config too)."""
+        return self.actuator_mode != "shadow"
+
+    @property
+    def recorded_mode(self) -> str:
+        """The mode stored with each cycle (a dry run is told apart from shadow)."""
+        return "dry-run" if self.dry_run else self.mode
+
+
+def _read_section(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            document = tomllib.load(handle)
+    except OSError as exc:
+        raise InputError(f"cannot read the config: {exc.strerror}", path=path) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"not valid TOML: {exc}", path=path) from exc
+    section = document.get(SECTION, {})
+    if not isinstance(section, dict):
+        raise InputError(f"'{SECTION}' must be a table", path=path)
+    return section
+
+
+def _one_line(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or SECTION
+    return f"[{SECTION}] {where}: {first['msg']}"
+
+
+def load_config(
+    path: Path | None = None, overrides: Mapping[str, object] | None = None
+) -> DaemonConfig:
+    """The defaults, then ``[daemon]`` of ``path`` (if given), then ``overrides``.
+
+    Overrides set to None are ignored (a command-line option that was not given). Any
+    problem raises :class:`InputError` with one line naming the file and the key.
+    """
+    values: dict[str, Any] = _read_section(path) if path is not None else {}
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return DaemonConfig(**values)
+    except ValidationError as exc:
+        raise InputError(_one_line(exc), path=path or "command line") from exc

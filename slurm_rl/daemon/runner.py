@@ -1,0 +1,367 @@
+"""The daemon: the shared decision loop against a live Slurm, one cycle every ``interval_s``.
+
+Each cycle is ``run_cycle(SlurmSource, Scheduler, SlurmActuator, StoreRecorder)``, the same
+loop the simulator runs. A cycle is *healthy* when Slurm answered, the decision was applied
+and the store took it; only then is the heartbeat written, so a daemon that cannot do its job
+stops the job_submit plugin from deferring new jobs (fail-open). An unhealthy cycle is
+skipped with one log line and the next one starts on time; nothing already stored is touched.
+
+Signals: SIGTERM/SIGINT finish the current cycle, flush the store and exit 0 (the heartbeat
+is retired, so new jobs are not deferred any more); SIGHUP reloads the config, and with it
+the policy, at the next cycle boundary. A config that fails to load keeps the running one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import select
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from slurm_rl.agents.registry import make_scheduler
+from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.daemon.heartbeat import FileHeartbeat, Heartbeat
+from slurm_rl.daemon.recorder import CycleSummary, StoreRecorder
+from slurm_rl.errors import SlurmRLError
+from slurm_rl.loop import run_cycle
+from slurm_rl.scheduler import Scheduler
+from slurm_rl.slurm import deferral
+from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
+from slurm_rl.slurm.client import CliSlurmClient
+from slurm_rl.slurm.proc import Runner, make_runner
+from slurm_rl.slurm.source import SlurmSource, SourceConfig
+from slurm_rl.store.repository import Store
+
+log = logging.getLogger("slurm_rl.daemon")
+
+ConfigLoader = Callable[[], DaemonConfig]
+HeartbeatFactory = Callable[[DaemonConfig], Heartbeat]
+
+
+class DaemonError(SlurmRLError):
+    """The daemon cannot start or reload (store, state directory, plugin config)."""
+
+
+def file_heartbeat(config: DaemonConfig) -> Heartbeat:
+    return FileHeartbeat(config.heartbeat)
+
+
+@functools.cache
+def gpu_speeds() -> Mapping[str, float]:
+    """Datasheet-like speed per GPU type (fastest-gpu placement); computed once per process."""
+    from slurm_rl.simulate_command import gpu_speed_table
+
+    return gpu_speed_table()
+
+
+def one_line(error: BaseException) -> str:
+    """The first line of an error (SQLAlchemy's carry the SQL and a link on later lines)."""
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    ok: bool
+    duration_s: float
+    summary: CycleSummary | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Parts:
+    """Everything built from one config; a reload builds a new set and swaps it in whole."""
+
+    config: DaemonConfig
+    source: SlurmSource
+    scheduler: Scheduler
+    actuator: SlurmActuator
+    heartbeat: Heartbeat
+
+
+class _Waker:
+    """An interruptible sleep: a signal handler may only write a byte to a pipe (taking a
+    lock there could deadlock with the interrupted code)."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+
+    def wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._write, b"x")
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            select.select([self._read], [], [], seconds)
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._read, 4096)
+
+    def close(self) -> None:
+        if self._read >= 0:  # closing twice could close a descriptor reused meanwhile
+            os.close(self._read)
+            os.close(self._write)
+            self._read = self._write = -1
+
+
+class Daemon:
+    """Builds the live loop from a config and runs it.
+
+    ``load`` returns the config (called again on SIGHUP); ``runner`` is the subprocess
+    boundary for every Slurm command (default: the real commands with ``SLURM_CONF`` from
+    the config); ``heartbeat`` makes the heartbeat a config asks for; ``on_config`` sees
+    every config that takes effect (the CLI sets the log level there).
+    """
+
+    def __init__(
+        self,
+        load: ConfigLoader,
+        *,
+        runner: Runner | None = None,
+        heartbeat: HeartbeatFactory = file_heartbeat,
+        on_config: Callable[[DaemonConfig], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._load = load
+        self._runner = runner
+        self._heartbeat_factory = heartbeat
+        self._on_config = on_config
+        self._clock = clock
+        self._stop = False
+        self._reload = False
+        self._plugin_conf: str | None = None
+        self.cycles = 0
+        config = load()
+        parts = self._build(config)  # a bad policy fails here, before anything is created
+        self.store = self._open_store(config)
+        self.recorder = StoreRecorder(self.store, config.recorded_mode)
+        try:
+            self._commit(parts, previous=None)
+        except BaseException:
+            self.store.engine.dispose()
+            raise
+        self._waker = _Waker()
+
+    @property
+    def config(self) -> DaemonConfig:
+        return self.parts.config
+
+    # -- building ------------------------------------------------------------------------
+
+    def _build(self, config: DaemonConfig) -> Parts:
+        scheduler = make_scheduler(config.policy, gpu_speeds(), seed=config.seed)
+        env = {"SLURM_CONF": str(config.slurm_conf)} if config.slurm_conf else None
+        runner = self._runner or make_runner(env)
+        client = CliSlurmClient(runner=runner, timeout_s=config.slurm_timeout_s)
+        source_config = SourceConfig(
+            config.partitions, config.cluster_name, dict(config.price_per_gpu_hour)
+        )
+        source = SlurmSource(client, source_config, clock=self._clock)
+        actuator_config = ActuatorConfig(
+            mode=Mode(config.actuator_mode),
+            defer_extension_s=config.defer_extension_s,
+            defer_cap_s=config.defer_cap_s,
+        )
+        actuator = SlurmActuator(client, actuator_config, source=source, clock=self._clock)
+        heartbeat = self._heartbeat_factory(config)
+        return Parts(config, source, scheduler, actuator, heartbeat)
+
+    def _open_store(self, config: DaemonConfig) -> Store:
+        try:
+            if config.store_url is None or config.heartbeat_path is None:
+                config.state_dir.mkdir(parents=True, exist_ok=True)
+            return Store(config.store)
+        except OSError as exc:
+            raise DaemonError(f"cannot create the state directory {config.state_dir}: "
+                              f"{exc.strerror}") from exc
+        except SQLAlchemyError as exc:
+            raise DaemonError(f"cannot open the store {config.store}: {one_line(exc)}") from exc
+
+    def _commit(self, parts: Parts, previous: Parts | None, store: Store | None = None) -> None:
+        """Make ``parts`` (and ``store``, if new) the running set; the plugin config is
+        written first, since it is the step that may fail."""
+        config = parts.config
+        if config.changes_slurm and config.plugin_conf_dir is not None:
+            self._write_plugin_conf(config, config.plugin_conf_dir)
+        if previous is not None and _beat_moves_away(previous.config, config):
+            previous.heartbeat.retire()  # the old beat must not keep deferring jobs
+        if store is not None:
+            self.store = self.recorder.store = store
+        self.recorder.mode = config.recorded_mode
+        self.parts = parts
+        if self._on_config is not None:
+            self._on_config(config)
+
+    def _write_plugin_conf(self, config: DaemonConfig, conf_dir: Path) -> None:
+        plugin = deferral.DeferralConfig(
+            heartbeat_path=config.heartbeat,
+            heartbeat_max_age_s=config.heartbeat_max_age_s,
+            window_s=config.defer_window_s,
+            partitions=config.partitions,
+        )
+        text = plugin.render()
+        if text == self._plugin_conf:
+            return
+        try:
+            target = deferral.write_config(conf_dir, plugin)
+        except OSError as exc:
+            raise DaemonError(f"cannot write the job_submit plugin config in {conf_dir}: "
+                              f"{exc.strerror}") from exc
+        self._plugin_conf = text
+        log.info("wrote %s", target)
+
+    # -- cycles --------------------------------------------------------------------------
+
+    def run_once(self) -> CycleResult:
+        """One cycle; never raises for Slurm or store trouble (that cycle is skipped)."""
+        parts = self.parts
+        started = time.monotonic()
+        self.cycles += 1
+        self.recorder.start_cycle()
+        try:
+            run_cycle(parts.source, parts.scheduler, parts.actuator, self.recorder)
+        except SlurmRLError as exc:
+            return self._skipped(f"cycle skipped: {exc}", started)
+        except SQLAlchemyError as exc:
+            return self._skipped(self._store_trouble() + one_line(exc), started)
+        except Exception as exc:  # a bug: keep serving, but with the traceback
+            log.exception("cycle failed: %s", one_line(exc))
+            return CycleResult(False, time.monotonic() - started, error=one_line(exc))
+        return self._healthy(parts, started)
+
+    def _store_trouble(self) -> str:
+        kept = self.recorder.unrecorded_outcomes
+        if self.recorder.cycle_stored:
+            return f"outcomes not stored ({kept} kept for the next cycle): store error: "
+        return f"cycle not recorded ({kept} outcomes kept for later): store error: "
+
+    def _skipped(self, message: str, started: float) -> CycleResult:
+        log.warning("%s", message)
+        return CycleResult(False, time.monotonic() - started, error=message)
+
+    def _healthy(self, parts: Parts, started: float) -> CycleResult:
+        if parts.config.changes_slurm:
+            try:
+                parts.heartbeat.beat(self._clock())
+            except OSError as exc:
+                return self._skipped(f"heartbeat not written: {exc}", started)
+        duration = time.monotonic() - started
+        summary = self.recorder.last
+        if summary is not None:
+            _log_summary(self.cycles, parts.config, summary, duration)
+        return CycleResult(True, duration, summary)
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Cycle until SIGTERM/SIGINT (or :meth:`request_stop`); returns the exit status."""
+        log.info("daemon started: policy %s, mode %s, every %g s, store %s",
+                 self.config.policy, self.config.recorded_mode, self.config.interval_s,
+                 self.store.engine.url.render_as_string(hide_password=True))
+        with self._signal_handlers():
+            while not self._stop:
+                if self._reload:
+                    self.reload()
+                result = self.run_once()
+                if not self._stop:
+                    self._waker.sleep(self.config.interval_s - result.duration_s)
+        log.info("daemon stopping after %d cycles", self.cycles)
+        self.close()
+        return 0
+
+    def request_stop(self) -> None:
+        self._stop = True
+        self._waker.wake()
+
+    def request_reload(self) -> None:
+        self._reload = True
+        self._waker.wake()
+
+    def reload(self) -> bool:
+        """Re-read the config and rebuild policy, source and actuator; False keeps the old."""
+        self._reload = False
+        old, old_store = self.parts, self.store
+        store: Store | None = None
+        try:
+            config = self._load()
+            parts = self._build(config)
+            if config.store != old.config.store:
+                store = self._open_store(config)
+            self._commit(parts, previous=old, store=store)
+        except SlurmRLError as exc:
+            if store is not None:
+                store.engine.dispose()
+            log.warning("reload failed, keeping the running config: %s", exc)
+            return False
+        if store is not None:
+            self._flush_quietly()  # outcomes kept for the old store go to the new one
+            old_store.engine.dispose()
+        log.info("reloaded config: policy %s, mode %s", config.policy, config.recorded_mode)
+        return True
+
+    def close(self, *, retire: bool = True) -> None:
+        """Flush buffered outcomes, retire the heartbeat (if this run beats) and let go."""
+        self._flush_quietly()
+        if retire and self.config.changes_slurm:
+            with contextlib.suppress(OSError):
+                self.parts.heartbeat.retire()
+        self.store.engine.dispose()
+        self._waker.close()
+
+    def _flush_quietly(self) -> None:
+        try:
+            self.recorder.flush()
+        except SQLAlchemyError as exc:
+            kept = self.recorder.unrecorded_outcomes
+            log.warning("%d outcomes could not be stored: %s", kept, one_line(exc))
+
+    @contextlib.contextmanager
+    def _signal_handlers(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield  # only the main thread may take signals; callers use request_stop()
+            return
+        wanted = {signal.SIGTERM: self._on_stop, signal.SIGINT: self._on_stop,
+                  signal.SIGHUP: self._on_hup}
+        previous = {sig: signal.signal(sig, handler) for sig, handler in wanted.items()}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.request_stop()
+
+    def _on_hup(self, signum: int, frame: FrameType | None) -> None:
+        self.request_reload()
+
+
+def _beat_moves_away(old: DaemonConfig, new: DaemonConfig) -> bool:
+    """True when the old config beat a heartbeat that the new one no longer writes."""
+    if not old.changes_slurm:
+        return False
+    return not new.changes_slurm or old.heartbeat != new.heartbeat
+
+
+def _log_summary(number: int, config: DaemonConfig, summary: CycleSummary, took: float) -> None:
+    # Quiet cycles (nothing sent, stored or finished) only show at debug level.
+    busy = summary.sent or summary.errors or summary.recorded_actions or summary.finished
+    log.log(
+        logging.INFO if busy else logging.DEBUG,
+        "cycle %d (%s, %s): %d pending, %d running, %d finished; ranked %d, placed %d; "
+        "%d scontrol calls, %d errors; %d decisions stored; %.3f s",
+        number, config.policy, config.recorded_mode, summary.pending, summary.running,
+        summary.finished, summary.ranked, summary.placed, summary.sent, summary.errors,
+        summary.recorded_actions, took,
+    )
