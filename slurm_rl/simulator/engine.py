@@ -57,13 +57,15 @@ class SimConfig:
     ``cycle_s``: decisions happen at most once per cycle, aligned to it (0 = at every event),
     as the daemon polls Slurm. ``defer_window_s``: in ``slurm`` mode, how long the job_submit
     plugin defers a new job for the daemon to decide on it. ``hold_cap_s``: the longest the
-    daemon may hold a job back after submit before it is left to Slurm.
+    daemon may hold a job back after submit before it is left to Slurm. ``slurm_queue_depth``:
+    how many queued jobs one emulated scheduling pass looks at (Slurm's ``bf_max_job_test``).
     """
 
     mode: ActionMode = "direct"
     cycle_s: float = 10.0
     defer_window_s: float = 30.0
     hold_cap_s: float = 3600.0
+    slurm_queue_depth: int = 500
     observations: bool = True
     observation_noise: float = 0.02
     seed: int = 0
@@ -118,6 +120,9 @@ class Simulation:
         self._free = [node.gpus for node in cluster.nodes]
         self._node_jobs: list[set[JobId]] = [set() for _ in cluster.nodes]
         self._pending: dict[JobId, Job] = {}
+        # Slurm's scheduler only has something new to try after GPUs free up, a deferral ends
+        # or the daemon changes its levers; other events are skipped.
+        self._slurm_dirty = False
         self._running: dict[JobId, _Run] = {}
         self._running_records: dict[JobId, RunningJob] = {}
         self._events: list[tuple[float, int, int, object]] = []
@@ -221,7 +226,9 @@ class Simulation:
         if kind == _STEP:
             self._fluctuation_step()
             return False
-        return True  # a deferral ran out (Slurm may start it) or a held job is due a look
+        if kind == _EXPIRE:
+            self._slurm_dirty = True  # a deferral ran out: Slurm may start the job now
+        return True  # (or a held job is due a look)
 
     def _admit_arrivals(self, t: float) -> bool:
         admitted = False
@@ -235,6 +242,7 @@ class Simulation:
             admitted = True
             if self.config.mode == "slurm":
                 self._defer(job.job_id, job.submit_time + self.config.defer_window_s)
+                self._slurm_dirty |= self.config.defer_window_s <= 0
         return admitted
 
     def _wants_decision(self) -> bool:
@@ -282,6 +290,7 @@ class Simulation:
         self._progress(run)
         del self._running[run.job.job_id]
         del self._running_records[run.job.job_id]
+        self._slurm_dirty = True
         for i, gpus in zip(run.nodes, run.gpus, strict=True):
             self._free[i] += gpus
             self._fee_rate -= gpus * self.cluster.nodes[i].price_per_gpu_hour / 3600.0
@@ -411,6 +420,7 @@ class Simulation:
         }
         self._slurm.set_levers(decision.ranking, pins)
         self._hold(decision.holds)
+        self._slurm_dirty = True
         self._slurm_pass()
 
     def _pinnable(self, job_id: JobId, placement: Placement) -> bool:
@@ -440,16 +450,20 @@ class Simulation:
         self._push(until, _EXPIRE, job_id)
 
     def _slurm_pass(self) -> None:
-        if not self._pending or not any(self._free):
+        if not self._slurm_dirty or not self._pending or not any(self._free):
             return
+        self._slurm_dirty = False
         queue = self._slurm.queue(self._pending, self.now)
-        running = [
+        free = list(self._free)
+        for job, placement in schedule_pass(self.now, queue, free, self._running_shapes,
+                                            self.cluster, self.config.slurm_queue_depth):
+            self._start(job, placement)
+
+    def _running_shapes(self) -> list[RunningShape]:
+        return [
             RunningShape(run.record.limit_end or math.inf, run.nodes, run.gpus)
             for run in self._running.values()
         ]
-        free = list(self._free)
-        for job, placement in schedule_pass(self.now, queue, free, running, self.cluster):
-            self._start(job, placement)
 
     def _record_timeline(self) -> None:
         busy = self._total_gpus - sum(self._free)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from slurm_rl.agents.nodesets import place_in_order
@@ -53,17 +53,23 @@ def schedule_pass(
     now: float,
     queue: Iterable[QueuedJob],
     free_gpus: list[int],
-    running: Sequence[RunningShape],
+    running: Callable[[], Sequence[RunningShape]],
     cluster: Cluster,
+    depth: int = 500,
 ) -> list[tuple[Job, Placement]]:
     """Jobs to start now, in start order, walking ``queue`` (highest priority first).
-    ``free_gpus`` is updated in place."""
+    ``free_gpus`` is updated in place; ``running`` is asked for only if a reservation is needed.
+    Like slurmctld (``bf_max_job_test``), a pass looks at no more than ``depth`` jobs."""
     state = _Pass(now, free_gpus, running, cluster)
-    for item in queue:
-        if not any(free_gpus):
-            break
+    for item, _ in zip(queue, range(depth), strict=False):
+        if state.min_unfit <= 1:
+            break  # not even one GPU is left outside the masks: nothing else can start
         state.consider(item)
     return state.starts
+
+
+def _free_to_go_anywhere(job: Job) -> bool:
+    return job.gpu_type is None and job.num_nodes is None and job.gpus_per_node is None
 
 
 def _shape_key(job: Job) -> tuple[int, int | None, int | None, str | None]:
@@ -72,11 +78,17 @@ def _shape_key(job: Job) -> tuple[int, int | None, int | None, str | None]:
 
 class _Pass:
     """One pass over the queue. Free GPUs only shrink and masks only grow during a pass, so a
-    request shape that found no nodes once will find none later in the same pass: remembering
-    that keeps a pass over a long queue linear in its length."""
+    request shape that found no nodes once will find none later in the same pass; and if a job
+    free to go anywhere found no room for k GPUs, no job needing k or more GPUs will (a type
+    constraint, fixed shape or pin only narrows the choice). Remembering both keeps a pass over
+    a long queue cheap."""
 
     def __init__(
-        self, now: float, free_gpus: list[int], running: Sequence[RunningShape], cluster: Cluster
+        self,
+        now: float,
+        free_gpus: list[int],
+        running: Callable[[], Sequence[RunningShape]],
+        cluster: Cluster,
     ) -> None:
         self.now, self.free, self.running, self.cluster = now, free_gpus, running, cluster
         self.starts: list[tuple[Job, Placement]] = []
@@ -85,34 +97,60 @@ class _Pass:
         self.no_fit: set[tuple[int, int | None, int | None, str | None]] = set()
         self.no_detour: set[tuple[int, int | None, int | None, str | None]] = set()
         self.order = range(len(cluster.nodes))
+        self.min_unfit = math.inf
+        self.min_no_detour = math.inf
 
     def consider(self, item: QueuedJob) -> None:
-        key = _shape_key(item.job)
+        job = item.job
+        if job.num_gpus >= self.min_unfit:
+            return
+        key = _shape_key(job)
         if item.pin is None and key in self.no_fit:
             return
+        if self.reservation is not None and not self._ends_before_reservation(job):
+            self._around_reservation(item, key)
+            return
         placement = _try(item, self.free, self.masked, self.cluster, self.order)
-        if placement is not None and _respects(self.now, item.job, placement, self.reservation,
-                                               self.cluster):
-            self._start(item.job, placement)
-            return
-        if item.pin is not None:
+        if placement is not None:
+            self._start(job, placement)
+        elif item.pin is not None:
             self.masked.update(self.cluster.index(n) for n in item.pin.nodes)
-            return
-        if placement is None:
-            self.no_fit.add(key)
-            if self.reservation is None:
-                self.reservation = _reserve(self.now, item.job, self.free, self.running,
-                                            self.cluster)
-            return
-        self._detour(item, key)
+        else:
+            self._no_room(job, key)
 
-    def _detour(self, item: QueuedJob, key: tuple[int, int | None, int | None, str | None]) -> None:
-        """Start the job away from the reserved nodes, if it fits there."""
-        if key in self.no_detour or self.reservation is None:
+    def _ends_before_reservation(self, job: Job) -> bool:
+        assert self.reservation is not None
+        limit = job.time_limit if job.time_limit is not None else NO_LIMIT
+        return self.now + limit <= self.reservation.start
+
+    def _no_room(self, job: Job, key: tuple[int, int | None, int | None, str | None]) -> None:
+        """The job fits nowhere now: remember it, and reserve for the first such job."""
+        self.no_fit.add(key)
+        if _free_to_go_anywhere(job):
+            self.min_unfit = min(self.min_unfit, job.num_gpus)
+        if self.reservation is None:
+            self.reservation = _reserve(self.now, job, self.free, self.running(), self.cluster)
+
+    def _around_reservation(
+        self, item: QueuedJob, key: tuple[int, int | None, int | None, str | None]
+    ) -> None:
+        """A job that would outlast the reservation may start only away from its nodes."""
+        assert self.reservation is not None
+        if item.pin is not None:
+            placement = _try(item, self.free, self.masked, self.cluster, self.order)
+            if placement is not None and _respects(self.now, item.job, placement,
+                                                   self.reservation, self.cluster):
+                self._start(item.job, placement)
+            else:
+                self.masked.update(self.cluster.index(n) for n in item.pin.nodes)
+            return
+        if key in self.no_detour or item.job.num_gpus >= self.min_no_detour:
             return
         placement = _avoid_reserved(item, self.free, self.masked, self.reservation, self.cluster)
         if placement is None:
             self.no_detour.add(key)
+            if _free_to_go_anywhere(item.job):
+                self.min_no_detour = min(self.min_no_detour, item.job.num_gpus)
         else:
             self._start(item.job, placement)
 

@@ -153,12 +153,22 @@ class SpeedBelief:
             columns.append(2 * m + slots * self.prior.num_cells + cells)
         return torch.stack(columns, dim=-1)
 
-    def marginals(self, machines: Tensor, slots: Tensor | None) -> tuple[Tensor, Tensor]:
+    def marginals(
+        self, machines: Tensor, slots: Tensor | None, time_h: float | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Mean and variance of ``f`` for each machine (for a class slot; ``None``: a class
-        never observed, whose ``u`` is still at its prior)."""
+        never observed, whose ``u`` is still at its prior), at ``time_h`` (default: the
+        belief's time). Looking ahead does not touch ``Σ``: with ``a = e^{−Δ/ℓ}``,
+        ``f = s + u + a·d + ε`` with ``Var ε = (1 − a²)σ_d²``, which costs O(machines)."""
         index = self._indices(machines, slots)
-        mean = self.prior.mean + self._mean[index].sum(-1)
-        var = self._cov[index.unsqueeze(-1), index.unsqueeze(-2)].sum((-1, -2))
+        delta = 0.0 if time_h is None else max(0.0, time_h - self.time_h)
+        a = float(np.exp(-delta / self.prior.lengthscale_h))
+        coef = torch.ones(index.shape[-1], dtype=_DTYPE)
+        coef[1] = a
+        mean = self.prior.mean + (self._mean[index] * coef).sum(-1)
+        block = self._cov[index.unsqueeze(-1), index.unsqueeze(-2)]
+        var = (block * coef[:, None] * coef[None, :]).sum((-1, -2))
+        var = var + (1.0 - a * a) * self.prior.drift.diagonal()[machines]
         if slots is None:
             cells = self.prior.cell_of[machines]
             var = var + self.prior.class_cells[cells, cells]

@@ -10,9 +10,10 @@ GPU types only when no single type has room, because it runs at its slowest memb
 Proposed, in this order:
 
 1. *consolidated*: the ``consolidated`` cheapest single nodes that hold the whole job;
-2. *spread within a host group*: for each GPU type, the ``groups`` host groups with the
-   cheapest nodes, filled with as few nodes as possible;
-3. *spread over a type*: each type filled cheapest node first, and filled fewest nodes first;
+2. *spread within a host group*: for each of the ``types`` GPU types with room and the
+   cheapest nodes, the ``groups`` host groups with the cheapest nodes, each filled cheapest
+   node first and fewest nodes first;
+3. *spread over a type*: each of those types filled the same two ways;
 4. *mixed types*: only when no single type has room.
 """
 
@@ -69,8 +70,11 @@ class NodeTable:
 
 @dataclass(frozen=True)
 class Limits:
+    """How many candidates: single nodes, host groups per type, GPU types to spread over."""
+
     consolidated: int = 4
     groups: int = 2
+    types: int = 3
 
 
 def candidate_sets(
@@ -98,9 +102,7 @@ def _spread(
     need: int, table: NodeTable, free: IntArray, order: IntArray, limits: Limits
 ) -> list[NodeSet]:
     found: list[NodeSet] = []
-    for members in _by_type(table, order):
-        if free[members].sum() < need:
-            continue
+    for members in _with_room(need, _by_type(table, order), free, limits.types):
         for group in _best_groups(need, table, free, members, limits.groups):
             found += _fills(need, free, group)
         found += _fills(need, free, members)
@@ -114,6 +116,11 @@ def _by_type(table: NodeTable, order: IntArray) -> list[IntArray]:
     types = table.type_id[order]
     _, first = np.unique(types, return_index=True)
     return [order[types == types[i]] for i in sorted(first)]
+
+
+def _with_room(need: int, types: list[IntArray], free: IntArray, count: int) -> list[IntArray]:
+    """The first ``count`` types whose free GPUs add up to ``need``."""
+    return [members for members in types if free[members].sum() >= need][:count]
 
 
 def _best_groups(
@@ -156,7 +163,7 @@ def _fixed(
     """Exactly ``shares`` (largest first) on distinct nodes, per host group, per type, and over
     all types only when no type has room."""
     found: list[NodeSet] = []
-    for members in _by_type(table, order):
+    for members in _with_room(sum(shares), _by_type(table, order), free, limits.types):
         for group in _best_groups(sum(shares), table, free, members, limits.groups):
             found += _optional(_shares(shares, free, group))
         found += _optional(_shares(shares, free, members))

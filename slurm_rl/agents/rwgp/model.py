@@ -3,22 +3,28 @@ r"""The RWGP model: machine-speed posteriors learned online from speed observati
 This is **our reconstruction** of the RWGP the paper (Xing et al., KDD 2023) names in one
 sentence; the kernel is in :mod:`.kernels`, the exact online update in :mod:`.belief`.
 
-**Bounded cost.** Three things keep a 1,000-machine cluster cheap:
+**Bounded cost.** Four things keep a 1,000-machine cluster cheap:
 
 1. *The posterior lives in state-space form* (:class:`~.belief.SpeedBelief`): its size is
-   ``2M + K·C`` (machines, job classes seen, cells), whatever the number of observations, and a
-   batch of ``B`` observations costs ``O(n² B)``. A sliding-window GP would forget a machine
+   ``n = 2M + K·C`` (machines, job classes seen, cells), whatever the number of observations,
+   and a batch of ``B`` readings costs ``O(n² B)``. A sliding-window GP would forget a machine
    no job has used lately — exactly the straggler the placement avoids — and inducing points
    would blur the per-machine resolution that finds a straggler; the state-space form keeps
    both, exactly, because the temporal part (Matérn-½) is Markov.
 2. *Observations are merged* before they enter: all readings of one node set and job class
    within ``bucket_s`` become one, with noise ``σ_n² / count`` (the simulator emits a reading
    per running job at every fluctuation step, many of them repeats).
-3. *Hyperparameters* (edge weights, scales, ``ℓ``, ``ρ``, ``μ₀``, ``σ_n``) are fitted by type-II
+3. *A cycle assimilates at most* ``update_budget`` *readings*; the rest of a burst (a reading
+   from every running job when machine speeds change) waits, in order, for the next cycles.
+   Predictions between updates look ahead in time analytically, in ``O(M)``
+   (:meth:`~.belief.SpeedBelief.marginals`), so a cycle without readings touches no ``n × n``
+   matrix.
+4. *Hyperparameters* (edge weights, scales, ``ℓ``, ``ρ``, ``μ₀``, ``σ_n``) are fitted by type-II
    maximum likelihood on the latest ``fit_window`` readings (``O(fit_window³)``), only at
    geometrically spaced reading counts (``first_fit``, ×``fit_growth``, …), so refits are
    ``O(log N)`` over a run. After a refit the belief is rebuilt from the readings still in the
-   ``window``; what is older than the window is forgotten then, and only then.
+   ``window`` (``O(n² · window)``); what is older than the window is forgotten then, and only
+   then.
 
 Weak log-normal priors centred on the initial :class:`~.kernels.Hyperparameters` keep an early
 fit on few readings from running off.
@@ -61,6 +67,7 @@ class RwgpConfig:
     fit_lr: float = 0.05
     prior_log_std: float = 1.5
     samples: int = 64  # Monte Carlo draws for a gang's min
+    update_budget: int = 256  # readings per update; a burst's excess waits for the next
     max_classes: int = 32  # classes beyond this share the last slot
     seed: int = 0
     symmetrize_every: int = 16
@@ -107,6 +114,8 @@ class RwgpModel:
         self._updates = 0
         self._generator = torch.Generator().manual_seed(self.config.seed)
         self._cache: dict[int | None, Prediction] = {}
+        self._backlog: deque[Reading] = deque()
+        self._now_h = 0.0
 
     # ----- clock and classes -----------------------------------------------------------
 
@@ -141,19 +150,35 @@ class RwgpModel:
         model's ``σ_n²`` (a reading derived from a runtime is far noisier than a measured
         pace); returns how many merged readings entered."""
         readings = self._merge(observations, extra_var or [0.0] * len(observations))
-        for batch in _by_time(readings, self._bucket_h):
-            self._assimilate(batch)
+        self._backlog.extend(readings)
         self.readings_seen += len(readings)
+        self._drain(self.config.update_budget)
         if readings and self.readings_seen >= self._next_fit:
             self.fit()
             self._next_fit = math.ceil(self._next_fit * self.config.fit_growth)
         return len(readings)
 
+    def flush(self) -> None:
+        """Assimilate every reading still waiting (the update budget defers the excess of a
+        burst to the next calls)."""
+        self._drain(len(self._backlog))
+
+    @property
+    def waiting(self) -> int:
+        """Readings received but not yet assimilated."""
+        return len(self._backlog)
+
+    def _drain(self, budget: int) -> None:
+        taken = [self._backlog.popleft() for _ in range(min(budget, len(self._backlog)))]
+        for batch in _by_time(taken, self._bucket_h):
+            self._assimilate(batch)
+
     def advance(self, time_s: float) -> None:
-        """Move the belief's clock to ``time_s`` (the drift widens the uncertainty)."""
-        before = self.belief.time_h
-        self.belief.advance(self.hours(time_s))
-        if self.belief.time_h != before:
+        """Predict for ``time_s`` from now on (the drift widens the uncertainty). This moves
+        only the prediction time; ``Σ`` itself moves when readings arrive."""
+        now = max(self._now_h, self.hours(time_s))
+        if now != self._now_h:
+            self._now_h = now
             self._cache.clear()
 
     def _merge(
@@ -220,14 +245,15 @@ class RwgpModel:
     # ----- prediction ------------------------------------------------------------------
 
     def predict(self, job_class: str = "") -> Prediction:
-        """Every machine's relative speed for ``job_class`` at the belief's time."""
+        """Every machine's relative speed for ``job_class`` at the time of the last
+        :meth:`advance` (or of the latest reading, if later)."""
         slot = self.slot(job_class)
         cached = self._cache.get(slot)
         if cached is not None:
             return cached
         machines = torch.arange(self.graph.num_machines)
         slots = None if slot is None else torch.full_like(machines, slot)
-        mean, var = self.belief.marginals(machines, slots)
+        mean, var = self.belief.marginals(machines, slots, self._now_h)
         prediction = Prediction(mean.numpy().copy(), var.sqrt().numpy().copy())
         self._cache[slot] = prediction
         return prediction

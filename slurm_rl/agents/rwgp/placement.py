@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -85,6 +86,15 @@ class CandidateFeatures:
 
 
 @dataclass(frozen=True)
+class _NodeLists:
+    """The same per-node numbers as Python lists: scoring a few nodes reads scalars."""
+
+    mean: list[float]
+    std: list[float]
+    speed: list[float]
+
+
+@dataclass(frozen=True)
 class _NodeView:
     """Per-node arrays for one job class at one belief: what scoring reads."""
 
@@ -92,6 +102,10 @@ class _NodeView:
     std: FloatArray
     speed: FloatArray  # nominal type speed
     pace: FloatArray  # speed × (mean − κ std), floored
+
+    @cached_property
+    def lists(self) -> _NodeLists:
+        return _NodeLists(self.mean.tolist(), self.std.tolist(), self.speed.tolist())
 
 
 class RwgpPlacement:
@@ -115,6 +129,9 @@ class RwgpPlacement:
         self.model: RwgpModel | None = None
         self._table: NodeTable | None = None
         self._price: FloatArray = np.zeros(0)
+        self._prices: list[float] = []
+        self._groups: list[int] = []
+        self._capacity: list[int] = []
         self._speeds: dict[str, FloatArray] = {}
         self._views: dict[str, tuple[Prediction, _NodeView]] = {}
         self._runtimes = RuntimeReference()
@@ -147,6 +164,9 @@ class RwgpPlacement:
         )
         self._table = NodeTable.from_cluster(cluster)
         self._price = np.array([n.price_per_gpu_hour for n in cluster.nodes], dtype=float)
+        self._prices = self._price.tolist()
+        self._groups = self._table.group_id.tolist()
+        self._capacity = self._table.capacity.tolist()
         self._speeds.clear()
         self._views.clear()
         return self.model
@@ -156,21 +176,38 @@ class RwgpPlacement:
     def place(
         self, job: Job, free_gpus: Sequence[int], snapshot: ClusterSnapshot
     ) -> Placement | None:
-        found = self.candidates(job, free_gpus, snapshot)
-        return min(found, key=lambda c: c.score).placement if found else None
+        scored = self._scored(job, free_gpus, snapshot)
+        if not scored:
+            return None
+        best, _ = min(scored, key=lambda pair: pair[1].score)
+        return self._placement(best, snapshot.cluster)
 
     def candidates(
         self, job: Job, free_gpus: Sequence[int], snapshot: ClusterSnapshot
     ) -> list[CandidateFeatures]:
         """Every candidate node set for ``job`` in ``free_gpus``, consolidated first, each
         with its features (module docstring)."""
+        return [
+            CandidateFeatures(self._placement(node_set, snapshot.cluster), s.mean, s.std, s.pace,
+                              s.price, len(node_set.nodes) - 1, s.cross_group, s.score)
+            for node_set, s in self._scored(job, free_gpus, snapshot)
+        ]
+
+    def _scored(
+        self, job: Job, free_gpus: Sequence[int], snapshot: ClusterSnapshot
+    ) -> list[tuple[NodeSet, _Score]]:
         model = self._model_for(snapshot.cluster)
         assert self._table is not None
         free = np.asarray(free_gpus, dtype=np.int64)
         view = self._view(model, job.model_family)
         cost = self._node_cost(job, free, view)
         sets = candidate_sets(job, self._table, free, cost, self.config.limits)
-        return [self._features(s, free, view, snapshot.cluster) for s in sets]
+        free_list = free.tolist()
+        return [(node_set, self._score(node_set, free_list, view)) for node_set in sets]
+
+    @staticmethod
+    def _placement(node_set: NodeSet, cluster: Cluster) -> Placement:
+        return Placement(tuple(cluster.nodes[i].name for i in node_set.nodes), node_set.gpus)
 
     def _view(self, model: RwgpModel, family: str) -> _NodeView:
         prediction = model.predict(family)
@@ -210,38 +247,47 @@ class RwgpPlacement:
             cost = np.where(allowed[self._table.type_id], cost, np.inf)
         return cost
 
-    def _features(
-        self, node_set: NodeSet, free: NDArray[np.int64], view: _NodeView, cluster: Cluster
-    ) -> CandidateFeatures:
+    def _score(self, node_set: NodeSet, free: list[int], view: _NodeView) -> _Score:
+        """The module docstring's score, in plain floats (this runs for every candidate of
+        every pending job)."""
         assert self._table is not None
-        idx = np.array(node_set.nodes)
-        gpus = np.array(node_set.gpus)
-        health = gaussian_min(view.mean[idx], view.std[idx])
-        speed = view.speed[idx]
-        bottleneck = gaussian_min(speed * view.mean[idx], speed * view.std[idx])
-        cross = len(set(self._table.group_id[idx].tolist())) > 1
-        shape = (1.0 - self.config.spread_penalty) ** (len(idx) - 1)
-        shape *= (1.0 - self.config.cross_group_penalty) if cross else 1.0
-        risky = bottleneck[0] - self.config.risk_aversion * bottleneck[1]
-        pace = max(risky, _MIN_PACE * float(speed.max())) * shape
-        price = float((gpus * self._price[idx]).sum())
-        left = float((free[idx] - gpus).sum()) / float(self._table.capacity[idx].sum())
-        score = (1.0 + self.config.fee_weight * price) / pace
-        score *= 1.0 + self.config.packing_weight * left
-        placement = Placement(tuple(cluster.nodes[i].name for i in node_set.nodes), node_set.gpus)
-        return CandidateFeatures(
-            placement, health[0], health[1], pace, price, len(idx) - 1, cross, score
-        )
+        nodes, config, lists = node_set.nodes, self.config, view.lists
+        mean = [lists.mean[i] for i in nodes]
+        std = [lists.std[i] for i in nodes]
+        speed = [lists.speed[i] for i in nodes]
+        health = gaussian_min(mean, std)
+        bottleneck = gaussian_min([v * m for v, m in zip(speed, mean, strict=True)],
+                                  [v * s for v, s in zip(speed, std, strict=True)])
+        cross = len({self._groups[i] for i in nodes}) > 1
+        shape = (1.0 - config.spread_penalty) ** (len(nodes) - 1)
+        shape *= (1.0 - config.cross_group_penalty) if cross else 1.0
+        risky = bottleneck[0] - config.risk_aversion * bottleneck[1]
+        pace = max(risky, _MIN_PACE * max(speed)) * shape
+        price = sum(g * self._prices[i] for i, g in zip(nodes, node_set.gpus, strict=True))
+        left = sum(free[i] for i in nodes) - sum(node_set.gpus)
+        fill = 1.0 + config.packing_weight * left / sum(self._capacity[i] for i in nodes)
+        score = (1.0 + config.fee_weight * price) / pace * fill
+        return _Score(score, health[0], health[1], pace, price, cross)
 
 
-def gaussian_min(mean: FloatArray, std: FloatArray) -> tuple[float, float]:
+@dataclass(frozen=True, slots=True)
+class _Score:
+    score: float
+    mean: float
+    std: float
+    pace: float
+    price: float
+    cross_group: bool
+
+
+def gaussian_min(mean: Sequence[float], std: Sequence[float]) -> tuple[float, float]:
     r"""Mean and std of ``min_i X_i`` for independent ``X_i ~ N(mean_i, std_i²)``, by Clark's
     (1961) moment matching, folding members in one at a time. For two,
     with ``θ = sqrt(σ₁² + σ₂²)`` and ``α = (μ₂ − μ₁)/θ``:
     ``E[min] = μ₁Φ(α) + μ₂Φ(−α) − θφ(α)`` and
     ``E[min²] = (μ₁² + σ₁²)Φ(α) + (μ₂² + σ₂²)Φ(−α) − (μ₁ + μ₂)θφ(α)``."""
     m, s = float(mean[0]), float(std[0])
-    for m2, s2 in zip(mean[1:].tolist(), std[1:].tolist(), strict=True):
+    for m2, s2 in zip(mean[1:], std[1:], strict=True):
         theta = math.hypot(s, s2)
         if theta < 1e-12:
             m, s = min(m, m2), 0.0
