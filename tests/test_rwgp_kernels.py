@@ -3,12 +3,10 @@ and the online update is the exact GP posterior."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
-from slurm_rl.agents.rwgp.belief import Batch, SpeedBelief, StatePrior, min_linearisation
+from slurm_rl.agents.rwgp.belief import Batch, SpeedBelief, StatePrior, gang_readings
 from slurm_rl.agents.rwgp.kernels import Hyperparameters, MachineGraph, RwgpPrior
 from slurm_rl.agents.rwgp.placement import gaussian_min
 from slurm_rl.core import Cluster, Node
@@ -106,15 +104,27 @@ def test_online_update_is_the_exact_gp_posterior() -> None:
     assert torch.allclose(var, exact_var, atol=1e-9)
 
 
-def test_min_linearisation_weights_the_likely_slowest_member() -> None:
-    mean = torch.tensor([[1.0, 0.7, 1.0], [0.9, 0.9, 0.0]], dtype=torch.float64)
-    var = torch.full((2, 3), 1e-4, dtype=torch.float64)
-    valid = torch.tensor([[True, True, True], [True, True, False]])
-    lin = min_linearisation(mean, var, valid, torch.Generator().manual_seed(0), samples=2000)
-    assert lin.weights[0].tolist() == pytest.approx([0.0, 1.0, 0.0])
-    assert lin.weights[1].tolist() == pytest.approx([0.5, 0.5, 0.0], abs=0.05)
-    # two equal members: E[min] lies below either mean by θφ(0) = sqrt(2e-4)/sqrt(2π)
-    assert float(lin.offset[1]) == pytest.approx(math.sqrt(2e-4) / math.sqrt(2 * math.pi), rel=0.1)
+def test_gang_readings_blame_the_known_slow_member_and_wait_when_unsure() -> None:
+    """Three gangs read at pace 0.7, 0.5 and 1.0: (a) one member is known to be slow, (b)
+    two unknown members, one of which must be slow, (c) two unknown members, both fast."""
+    known, unknown = 1e-4, 0.01
+    mean = torch.tensor([[1.0, 0.7, 1.0], [0.97, 0.97, 0.0], [0.97, 0.97, 0.0]],
+                        dtype=torch.float64)
+    var = torch.tensor([[known] * 3, [unknown, unknown, 1.0], [unknown, unknown, 1.0]],
+                       dtype=torch.float64)
+    valid = torch.tensor([[True, True, True], [True, True, False], [True, True, False]])
+    speeds = torch.tensor([0.7, 0.5, 1.0], dtype=torch.float64)
+    noise = torch.full((3,), 4e-4, dtype=torch.float64)
+    out = gang_readings(mean, var, valid, speeds, noise)
+    assert out.settled.tolist() == [True, False, True]
+    # (a): the slow member gets a reading near 0.7; the fast ones learn little
+    assert float(out.speed[0, 1]) == pytest.approx(0.7, abs=0.02)
+    assert float(out.noise[0, 1]) == pytest.approx(4e-4)  # as precise as the reading
+    assert min(float(out.noise[0, 0]), float(out.noise[0, 2])) > 100 * known
+    # (b): "one of the two" is no Gaussian fact about either: nothing to take
+    assert torch.isinf(out.noise[1, :2]).all()
+    # (c): both learn they are at least about 1.0
+    assert torch.isfinite(out.noise[2, :2]).all() and (out.speed[2, :2] > 0.97).all()
 
 
 def test_gaussian_min_matches_sampling() -> None:

@@ -66,6 +66,7 @@ def test_learns_the_simulators_machine_speeds(seed: int) -> None:
     for hour in range(1, 25):
         truth.advance_to(hour * 3600.0)
         model.observe(engine_like_readings(cluster, truth.factors, T0 + hour * 3600.0, rng))
+        model.flush()  # a real run drains a burst over the next cycles; here, at once
         model.advance(T0 + hour * 3600.0)
     predicted = model.predict("imagenet").mean
     true_speed = np.minimum(1.0, truth.factors)  # what a job runs at (speed.SpeedModel.health)

@@ -27,23 +27,29 @@ job classes seen).
 
 **Observations** are linear: ``y = h^T x + μ_0 + ε``, ``ε ~ N(0, r)``. A job on one machine
 gives ``h = e_{s_m} + e_{d_m} + e_{u_{c,cell(m)}}``. A gang runs at the pace of its slowest
-member, ``y = min_i f_i``; we linearise the min at the current belief:
-``∂E[min_i f_i]/∂μ_i = P(i is the argmin)`` (Clark 1961), so ``h = Σ_i w_i h_i`` with
-``w_i = P(i = argmin)``, and the linearisation error's variance under the belief is added to
-``r`` (:func:`min_linearisation`). A batch ``y = Hx + μ_0 + ε`` is one Kalman update:
+member, ``y = min_i f_i``, which no linear ``h`` describes: we match moments instead
+(assumed-density filtering, :func:`gang_readings`): each member's posterior mean and variance
+under the exact min-likelihood are computed against its current marginal, and turned into a
+one-machine pseudo-reading with that effect. When the reading only says "one of them is slow"
+(each member's exact posterior is bimodal and wider than its belief), there is nothing
+Gaussian to take, and the model waits for the members to be told apart
+(:meth:`slurm_rl.agents.rwgp.model.RwgpModel`). A batch ``y = Hx + μ_0 + ε`` is one Kalman
+update:
 
 .. math::
 
     S = HΣH^T + R,\quad μ ← μ + ΣH^T S^{-1}(y − μ_0 − Hμ),\quad Σ ← Σ − ΣH^T S^{-1} HΣ .
 
-For a linear-Gaussian model this is the GP posterior itself, not an approximation of it:
-conditioning on all observations so far, with no window and no inducing points. It costs
+For one-machine readings this is the GP posterior itself, not an approximation of it:
+conditioning on all observations so far, with no window and no inducing points (gangs add
+the moment-matching approximation above). It costs
 ``O(n² B)`` for a batch of ``B`` (merged) observations, with ``n = 2M + K·C``, and memory
 ``O(n²)``: bounded however long the cluster runs.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -227,26 +233,62 @@ def _block_diag(a: Tensor, b: Tensor) -> Tensor:
 
 
 @dataclass(frozen=True)
-class Linearisation:
-    """``min_i f_i ≈ Σ_i w_i f_i − offset`` around the belief, with ``error_var`` the variance
-    of what that leaves out."""
+class GangReadings:
+    """Per-member pseudo-readings for gangs (B, k): conditioning member ``i`` alone on
+    ``N(speed_i; f_i, noise_i)`` moves its marginal to the moment-matched posterior
+    (``noise = inf``: nothing to learn about that member). ``settled``: no member's matched
+    posterior is wider than its belief, i.e. the reading is not "one of them, unknown which"."""
 
-    weights: Tensor  # (B, k)
-    offset: Tensor  # (B,): Σ_i w_i μ_i − E[min_i f_i] ≥ 0
-    error_var: Tensor  # (B,)
+    speed: Tensor
+    noise: Tensor
+    settled: Tensor  # (B,)
 
 
-def min_linearisation(
-    mean: Tensor, var: Tensor, valid: Tensor, generator: torch.Generator, samples: int = 64
-) -> Linearisation:
-    """Linearise ``min_i f_i`` for gangs whose members have marginal ``mean``/``var`` (B, k;
-    pads marked ``valid=False``): ``w_i = P(member i is the slowest)``, by Monte Carlo over
-    the (independent) marginals with the given generator, so it is reproducible."""
-    b, k = mean.shape
-    noise = torch.randn((samples, b, k), generator=generator, dtype=_DTYPE)
-    draws = mean + var.sqrt() * noise
-    lowest, argmin = torch.where(valid, draws, torch.full_like(draws, float("inf"))).min(dim=-1)
-    weights = torch.nn.functional.one_hot(argmin, k).to(_DTYPE).mean(dim=0)
-    linear = (torch.where(valid, draws, torch.zeros_like(draws)) * weights).sum(-1)
-    gap = linear - lowest
-    return Linearisation(weights, gap.mean(dim=0), gap.var(dim=0, correction=0))
+def gang_readings(
+    mean: Tensor, var: Tensor, valid: Tensor, speeds: Tensor, noise: Tensor
+) -> GangReadings:
+    r"""Assumed-density filtering of ``y = min_i f_i + ε`` (``ε ~ N(0, r)``) for gangs whose
+    members have independent marginals ``N(μ_i, v_i)`` (B, k; pads ``valid=False``).
+
+    Which member is the slowest splits the likelihood into cases; for small ``r``,
+
+    .. math::
+
+        p(y \mid f) ≈ \sum_j N(y; f_j, r) \prod_{l ≠ j} [f_l > y],
+        \qquad
+        π_j ∝ N(y; μ_j, v_j + r) \prod_{l ≠ j} Φ\Bigl(\frac{μ_l - y}{\sqrt{v_l}}\Bigr),
+
+    so member ``i``'s posterior is a two-part mixture: with weight ``π_i`` it is the slowest
+    (the conjugate update on ``y``), otherwise it is only known to be above ``y`` (its
+    marginal truncated at ``y``). Its mean ``m_i`` and variance ``p_i`` are that mixture's;
+    the Gaussian pseudo-reading with the same effect is
+    ``r̂_i = v_i p_i / (v_i − p_i)``, ``ŷ_i = μ_i + (m_i − μ_i) v_i / (v_i − p_i)``, none when
+    ``p_i ≥ v_i`` (the posterior is wider than the belief: "one of them is slow", bimodal), and
+    never more precise than the reading itself."""
+    y = speeds[:, None]
+    r = noise[:, None]
+    std = var.sqrt()
+    above = torch.special.log_ndtr((mean - y) / std)  # log P(f_l > y)
+    above = torch.where(valid, above, torch.zeros_like(above))
+    log_pi = -0.5 * ((y - mean).square() / (var + r) + torch.log(var + r)) + above.sum(-1, True)
+    log_pi = torch.where(valid, log_pi - above, torch.full_like(log_pi, -torch.inf))
+    pi = torch.softmax(log_pi, dim=-1)
+    # slowest: conjugate update on y
+    gain = var / (var + r)
+    m_min, v_min = mean + gain * (y - mean), var * r / (var + r)
+    # not slowest: truncated to f > y (inverse Mills ratio)
+    alpha = (y - mean) / std
+    mills = torch.exp(-0.5 * alpha.square() - 0.5 * math.log(2 * math.pi)
+                      - torch.special.log_ndtr(-alpha))
+    m_up = mean + std * mills
+    v_up = (var * (1.0 + alpha * mills - mills.square())).clamp(min=_JITTER)
+    post_mean = pi * m_min + (1 - pi) * m_up
+    post_var = pi * (v_min + m_min.square()) + (1 - pi) * (v_up + m_up.square())
+    post_var = (post_var - post_mean.square()).clamp(min=_JITTER)
+    informative = valid & (post_var < var * (1.0 - 1e-3))
+    scale = var / (var - post_var).clamp(min=_JITTER)
+    pseudo_noise = torch.where(informative, (post_var * scale).clamp(min=r),
+                               torch.full_like(var, float("inf")))
+    pseudo_speed = torch.where(informative, mean + (post_mean - mean) * scale, mean)
+    settled = (~valid | (post_var <= 1.05 * var)).all(dim=-1)
+    return GangReadings(pseudo_speed, pseudo_noise, settled)

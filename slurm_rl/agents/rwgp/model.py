@@ -26,6 +26,13 @@ sentence; the kernel is in :mod:`.kernels`, the exact online update in :mod:`.be
    ``window`` (``O(n² · window)``); what is older than the window is forgotten then, and only
    then.
 
+**Gangs** are read by moment matching (:func:`~.belief.gang_readings`). A gang reading that
+only says "one of these is slow" is *held* until the belief tells its members apart (a member
+read alone, or in another gang) or ``gang_hold_h`` passes, and then read at that belief: a
+fixed-lag choice of where to match, which keeps an early, even split of the blame from
+marking a healthy machine slow for good (the placement would then never use it again, so
+nothing would ever clear it).
+
 Weak log-normal priors centred on the initial :class:`~.kernels.Hyperparameters` keep an early
 fit on few readings from running off.
 """
@@ -44,12 +51,11 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
-from slurm_rl.agents.rwgp.belief import Batch, SpeedBelief, StatePrior, min_linearisation
+from slurm_rl.agents.rwgp.belief import Batch, SpeedBelief, StatePrior, gang_readings
 from slurm_rl.agents.rwgp.kernels import Hyperparameters, MachineGraph, RwgpPrior
 from slurm_rl.core import Cluster, SpeedObservation
 
 _DTYPE = torch.float64
-T = TypeVar("T", int, float)
 
 
 @dataclass(frozen=True)
@@ -66,16 +72,16 @@ class RwgpConfig:
     fit_steps: int = 30
     fit_lr: float = 0.05
     prior_log_std: float = 1.5
-    samples: int = 64  # Monte Carlo draws for a gang's min
     update_budget: int = 256  # readings per update; a burst's excess waits for the next
+    gang_hold_h: float = 3.0  # the longest a "one of them is slow" gang reading is held
+    max_held: int = 1024
     max_classes: int = 32  # classes beyond this share the last slot
-    seed: int = 0
     symmetrize_every: int = 16
 
 
 @dataclass(frozen=True)
 class Reading:
-    """One merged observation, as the belief took it (weights etc. from its linearisation)."""
+    """One merged observation: ``count`` readings of one node set and class, averaged."""
 
     machines: tuple[int, ...]
     slot: int
@@ -83,9 +89,18 @@ class Reading:
     speed: float
     count: int
     extra_var: float = 0.0  # noise beyond σ_n² / count (runtime-derived readings)
-    weights: tuple[float, ...] = ()
-    offset: float = 0.0
-    error_var: float = 0.0
+
+
+@dataclass(frozen=True)
+class Pseudo:
+    """What the belief is conditioned on: one machine's speed with Gaussian noise (a one-node
+    reading as it is, a gang member's moment-matched share)."""
+
+    machine: int
+    slot: int
+    time_h: float
+    speed: float
+    noise: float
 
 
 @dataclass(frozen=True)
@@ -112,9 +127,9 @@ class RwgpModel:
         self._slots: dict[str, int] = {}
         self._next_fit = self.config.first_fit
         self._updates = 0
-        self._generator = torch.Generator().manual_seed(self.config.seed)
         self._cache: dict[int | None, Prediction] = {}
-        self._backlog: deque[Reading] = deque()
+        self._backlog: deque[Reading] = deque()  # beyond the update budget
+        self._held: list[Reading] = []  # gangs waiting for their members to be told apart
         self._now_h = 0.0
 
     # ----- clock and classes -----------------------------------------------------------
@@ -159,19 +174,15 @@ class RwgpModel:
         return len(readings)
 
     def flush(self) -> None:
-        """Assimilate every reading still waiting (the update budget defers the excess of a
-        burst to the next calls)."""
+        """Assimilate every reading still waiting: the excess of a burst beyond the update
+        budget, and held gangs, told apart or not."""
         self._drain(len(self._backlog))
+        self._release_gangs(force=True)
 
     @property
     def waiting(self) -> int:
         """Readings received but not yet assimilated."""
-        return len(self._backlog)
-
-    def _drain(self, budget: int) -> None:
-        taken = [self._backlog.popleft() for _ in range(min(budget, len(self._backlog)))]
-        for batch in _by_time(taken, self._bucket_h):
-            self._assimilate(batch)
+        return len(self._backlog) + len(self._held)
 
     def advance(self, time_s: float) -> None:
         """Predict for ``time_s`` from now on (the drift widens the uncertainty). This moves
@@ -202,45 +213,82 @@ class RwgpModel:
         extra = float(np.mean([e for _, e in group])) / len(group)
         return Reading(machines, self._slot_for(job_class), time_h, speed, len(group), extra)
 
-    def _assimilate(self, readings: list[Reading], linearise: bool = True) -> None:
-        """One Kalman update with readings of one time bucket (at its latest time); with
-        ``linearise=False`` the readings' own weights are used."""
+    def _noise(self, reading: Reading) -> float:
+        return self.belief.prior.noise_var / reading.count + reading.extra_var
+
+    def _drain(self, budget: int) -> None:
+        taken = [self._backlog.popleft() for _ in range(min(budget, len(self._backlog)))]
+        for batch in _by_time(taken, self._bucket_h):
+            self._assimilate(batch)
+        if not taken:
+            self._release_gangs()
+
+    def _assimilate(self, readings: list[Reading]) -> None:
+        """Readings of one time bucket, at its latest time: one-node readings first, so that
+        gangs are matched at a belief that already knows their members' own readings."""
         self.belief.advance(max(r.time_h for r in readings))
-        if linearise:
-            readings = self._linearise(readings)
-        width = max(len(r.machines) for r in readings)
-        machines = torch.tensor([_pad(r.machines, width, -1) for r in readings], dtype=torch.long)
-        noise = [
-            self.belief.prior.noise_var / r.count + r.extra_var + r.error_var for r in readings
+        singles = [r for r in readings if len(r.machines) == 1]
+        self._condition([
+            Pseudo(r.machines[0], r.slot, r.time_h, r.speed, self._noise(r)) for r in singles
+        ])
+        self.window.extend(singles)
+        self._held += [r for r in readings if len(r.machines) > 1]
+        self._release_gangs()
+
+    def _release_gangs(self, force: bool = False) -> None:
+        """Read the held gangs that are settled (module docstring), have waited
+        ``gang_hold_h``, or overflow ``max_held``; hold the rest."""
+        if not self._held:
+            return
+        pseudo, settled = self._gang_pseudo(self._held)
+        now, config = max(self.belief.time_h, self._now_h), self.config
+        overflow = len(self._held) - config.max_held
+        ready = [
+            force or k < overflow or bool(settled[k]) or now - r.time_h >= config.gang_hold_h
+            for k, r in enumerate(self._held)
         ]
+        released = [r for r, go in zip(self._held, ready, strict=True) if go]
+        self._held = [r for r, go in zip(self._held, ready, strict=True) if not go]
+        if released:
+            self.belief.advance(now)
+            self._condition([p for shares, go in zip(pseudo, ready, strict=True) if go
+                             for p in shares])
+            self.window.extend(released)
+
+    def _gang_pseudo(self, gangs: list[Reading]) -> tuple[list[list[Pseudo]], list[bool]]:
+        """Each gang's members' pseudo-readings at the current belief, and whether it is
+        settled (:func:`~.belief.gang_readings`)."""
+        width = max(len(r.machines) for r in gangs)
+        machines = torch.tensor([_pad(r.machines, width) for r in gangs], dtype=torch.long)
+        slots = torch.tensor([r.slot for r in gangs])[:, None].expand_as(machines)
+        mean, var = self.belief.marginals(machines.clamp(min=0), slots)
+        found = gang_readings(
+            mean, var, machines >= 0,
+            torch.tensor([r.speed for r in gangs], dtype=_DTYPE),
+            torch.tensor([self._noise(r) for r in gangs], dtype=_DTYPE),
+        )
+        pseudo = [
+            [Pseudo(m, r.slot, r.time_h, float(found.speed[i, j]), float(found.noise[i, j]))
+             for j, m in enumerate(r.machines) if math.isfinite(float(found.noise[i, j]))]
+            for i, r in enumerate(gangs)
+        ]
+        return pseudo, found.settled.tolist()
+
+    def _condition(self, pseudo: list[Pseudo]) -> None:
+        """One batched Kalman update with one-machine (pseudo-)readings."""
+        if not pseudo:
+            return
         self.belief.condition(Batch(
-            machines=machines,
-            weights=torch.tensor([_pad(r.weights, width, 0.0) for r in readings], dtype=_DTYPE),
-            slots=torch.tensor([r.slot for r in readings]),
-            speeds=torch.tensor([r.speed + r.offset for r in readings], dtype=_DTYPE),
-            noise=torch.tensor(noise, dtype=_DTYPE),
+            machines=torch.tensor([[p.machine] for p in pseudo], dtype=torch.long),
+            weights=torch.ones(len(pseudo), 1, dtype=_DTYPE),
+            slots=torch.tensor([p.slot for p in pseudo]),
+            speeds=torch.tensor([p.speed for p in pseudo], dtype=_DTYPE),
+            noise=torch.tensor([p.noise for p in pseudo], dtype=_DTYPE),
         ))
-        self.window.extend(readings)
         self._cache.clear()
         self._updates += 1
         if self._updates % self.config.symmetrize_every == 0:
             self.belief.symmetrize()
-
-    def _linearise(self, readings: list[Reading]) -> list[Reading]:
-        """Weights for every reading: 1 for one machine, ``P(argmin)`` for a gang."""
-        gangs = [r for r in readings if len(r.machines) > 1]
-        done = {id(r): replace(r, weights=(1.0,)) for r in readings if len(r.machines) == 1}
-        if gangs:
-            width = max(len(r.machines) for r in gangs)
-            machines = torch.tensor([_pad(r.machines, width, -1) for r in gangs])
-            slots = torch.tensor([r.slot for r in gangs])[:, None].expand_as(machines)
-            mean, var = self.belief.marginals(machines.clamp(min=0), slots)
-            lin = min_linearisation(mean, var, machines >= 0, self._generator, self.config.samples)
-            for i, r in enumerate(gangs):
-                weights = tuple(float(w) for w in lin.weights[i, : len(r.machines)])
-                done[id(r)] = replace(r, weights=weights, offset=float(lin.offset[i]),
-                                      error_var=float(lin.error_var[i]))
-        return [done[id(r)] for r in readings]
 
     # ----- prediction ------------------------------------------------------------------
 
@@ -262,9 +310,13 @@ class RwgpModel:
 
     def fit(self, steps: int | None = None) -> float:
         """Type-II ML on the latest readings, then rebuild the belief; returns the final
-        negative log marginal likelihood per reading (NaN with too few readings)."""
-        window = self._linearise([_raw(r) for r in self.window])
-        data = window[-self.config.fit_window :]
+        negative log marginal likelihood per reading (NaN with too few readings).
+
+        Every reading in the window is (re-)matched first at the belief that has seen them
+        all — a gang read early, when no member was known, is read again now that they are —
+        and the fit and the rebuilt belief use the same pseudo-readings."""
+        pseudo = self._window_pseudo()
+        data = pseudo[-self.config.fit_window :]
         if len(data) < 8:
             return float("nan")
         optimizer = torch.optim.Adam(self.prior.parameters(), lr=self.config.fit_lr)
@@ -275,24 +327,30 @@ class RwgpModel:
             loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
         self.fits += 1
-        self._rebuild(window)
+        self._rebuild(pseudo, float(self.prior.noise_variance.detach()) / self.belief.prior.noise_var)
         return float(loss.detach())
 
-    def _negative_mll(self, data: Sequence[Reading]) -> Tensor:
-        """``−log N(y + offset − μ₀ | 0, W K Wᵀ + R) / N`` with ``K`` the kernel over every
-        member of every reading and ``W`` their linearisation weights."""
-        points = [(m, r.slot, r.time_h) for r in data for m in r.machines]
-        x = torch.tensor(points, dtype=_DTYPE)
-        w = torch.zeros(len(data), len(points), dtype=_DTYPE)
-        col = 0
-        for i, r in enumerate(data):
-            w[i, col : col + len(r.machines)] = torch.tensor(r.weights, dtype=_DTYPE)
-            col += len(r.machines)
-        counts = torch.tensor([r.count for r in data], dtype=_DTYPE)
-        extra = torch.tensor([r.extra_var + r.error_var for r in data], dtype=_DTYPE)
-        y = torch.tensor([r.speed + r.offset for r in data], dtype=_DTYPE)
-        cov = w @ self.prior.covariance(x).to_dense() @ w.T
-        cov = cov + torch.diag(self.prior.noise_variance / counts + extra + 1e-8)
+    def _window_pseudo(self) -> list[Pseudo]:
+        readings = list(self.window)
+        gangs = [r for r in readings if len(r.machines) > 1]
+        shares = iter(self._gang_pseudo(gangs)[0] if gangs else [])
+        pseudo: list[Pseudo] = []
+        for r in readings:
+            if len(r.machines) == 1:
+                pseudo.append(Pseudo(r.machines[0], r.slot, r.time_h, r.speed, self._noise(r)))
+            else:
+                pseudo += next(shares)
+        return sorted(pseudo, key=lambda p: p.time_h)
+
+    def _negative_mll(self, data: Sequence[Pseudo]) -> Tensor:
+        """``−log N(y − μ₀ | 0, K + R) / N``, ``K`` the GPyTorch kernel over the readings'
+        (machine, class, time) and ``R`` their noise."""
+        x = torch.tensor([(p.machine, p.slot, p.time_h) for p in data], dtype=_DTYPE)
+        y = torch.tensor([p.speed for p in data], dtype=_DTYPE)
+        extra = torch.tensor([p.noise for p in data], dtype=_DTYPE)
+        # the readings' noise was taken at the old σ_n²; refit it as a scale on that
+        scale = self.prior.noise_variance / self.belief.prior.noise_var
+        cov = self.prior.covariance(x).to_dense() + torch.diag(scale * extra + 1e-8)
         chol = torch.linalg.cholesky(cov)
         resid: Tensor = (y - self.prior.mean.constant)[:, None]
         alpha = torch.linalg.solve_triangular(chol, resid, upper=False)
@@ -318,21 +376,17 @@ class RwgpModel:
         mean_term = 0.5 * ((p.mean.constant - init.mean) / 0.05) ** 2
         return total + mean_term  # type: ignore[no-any-return]
 
-    def _rebuild(self, readings: list[Reading]) -> None:
-        """A fresh belief under the new hyperparameters, conditioned on the window again.
-
-        ``readings`` (the window) come re-linearised at the belief that has seen everything:
-        a gang read early, when no member was known, split the blame evenly (``w = ½, ½``);
-        by now the straggler in it is known, and the healthy member is cleared. The fit uses
-        the same weights."""
+    def _rebuild(self, pseudo: list[Pseudo], noise_scale: float) -> None:
+        """A fresh belief under the new hyperparameters, conditioned on the window's
+        pseudo-readings (sorted by time) again, their noise scaled like ``σ_n²``."""
         now = self.belief.time_h
-        start = readings[0].time_h if readings else now
+        start = pseudo[0].time_h if pseudo else now
         self.belief = SpeedBelief(StatePrior.from_prior(self.prior), start)
         for _ in range(len(self._slots)):
             self.belief.add_slot()
-        self.window.clear()
-        for batch in _by_time(readings, self._bucket_h):
-            self._assimilate(batch, linearise=False)
+        for batch in _by_time(pseudo, self._bucket_h):
+            self.belief.advance(batch[-1].time_h)
+            self._condition([replace(p, noise=p.noise * noise_scale) for p in batch])
         self.belief.advance(now)
         self._cache.clear()
 
@@ -367,21 +421,19 @@ class RwgpModel:
         return model
 
 
-def _pad(values: tuple[T, ...], width: int, fill: T) -> list[T]:
-    return list(values) + [fill] * (width - len(values))
+def _pad(values: tuple[int, ...], width: int) -> list[int]:
+    return list(values) + [-1] * (width - len(values))
 
 
-def _raw(reading: Reading) -> Reading:
-    return Reading(reading.machines, reading.slot, reading.time_h, reading.speed, reading.count,
-                   reading.extra_var)
+R = TypeVar("R", Reading, Pseudo)
 
 
-def _by_time(readings: list[Reading], bucket_h: float) -> list[list[Reading]]:
-    """Readings (sorted by time) cut into runs no longer than one merge bucket."""
-    batches: list[list[Reading]] = []
-    for reading in readings:
-        if batches and reading.time_h - batches[-1][0].time_h < bucket_h:
-            batches[-1].append(reading)
+def _by_time(items: list[R], bucket_h: float) -> list[list[R]]:
+    """Items (sorted by time) cut into runs no longer than one merge bucket."""
+    batches: list[list[R]] = []
+    for item in items:
+        if batches and item.time_h - batches[-1][0].time_h < bucket_h:
+            batches[-1].append(item)
         else:
-            batches.append([reading])
+            batches.append([item])
     return batches
