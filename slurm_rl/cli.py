@@ -16,7 +16,8 @@ from slurm_rl.errors import SlurmRLError
 from slurm_rl.slurm.cli import devcluster_group
 
 F = TypeVar("F", bound=Callable[..., Any])
-console = Console()
+# Reports are read in terminals and in CI logs alike: never squeeze a table below 132 columns.
+console = Console(width=max(132, Console().width))
 err_console = Console(stderr=True)
 
 
@@ -49,6 +50,9 @@ def main() -> None:
               help="Submit-time window, e.g. 2017-10-01:2017-10-15 or 2017-10.")
 @click.option("--days", default=7.0, show_default=True, type=click.FloatRange(min=0.01),
               help="Length of the synthetic workload.")
+@click.option("--warmup-days", default=None, type=click.FloatRange(min=0.0),
+              help="Replay this many days before the window too, unmeasured, so the cluster is "
+                   "busy when measuring starts [default: 3 for synthetic, else 0].")
 @click.option("--policies", default=None,
               help="Comma-separated ordering+placement names; default: all baselines.")
 @click.option("--mode", type=click.Choice(["direct", "slurm"]), default="slurm",

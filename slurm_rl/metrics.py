@@ -4,7 +4,9 @@
 * queueing delay = start − submit (mean).
 * bounded slowdown = max(1, JCT / max(runtime, τ)), τ = 10 s (mean).
 * makespan = last end − first submit.
-* GPU utilisation = busy GPU-seconds / (total GPUs × makespan).
+* GPU utilisation = busy GPUs / total GPUs, averaged over the submit window (first to last
+  submit of the measured jobs) when a timeline is given — the cluster's load while work was
+  arriving; otherwise the measured jobs' GPU-seconds / (total GPUs × makespan).
 * fees = Σ GPUs × run time × price of the GPU type per hour.
 * JCT lower bound = mean over jobs of the run time on the fastest GPUs the job can use,
   alone, consolidated, on healthy machines, starting at submit: no schedule can beat it.
@@ -17,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from slurm_rl.simulator.outcomes import JobOutcome
+from slurm_rl.simulator.outcomes import JobOutcome, Timeline
 
 BOUNDED_SLOWDOWN_TAU_S = 10.0
 
@@ -41,7 +43,9 @@ class ScheduleMetrics:
         return asdict(self)
 
 
-def compute_metrics(outcomes: Sequence[JobOutcome], total_gpus: int) -> ScheduleMetrics:
+def compute_metrics(
+    outcomes: Sequence[JobOutcome], total_gpus: int, timeline: Timeline | None = None
+) -> ScheduleMetrics:
     if not outcomes:
         raise ValueError("no finished jobs to measure")
     jct = np.array([o.jct for o in outcomes])
@@ -60,11 +64,33 @@ def compute_metrics(outcomes: Sequence[JobOutcome], total_gpus: int) -> Schedule
         avg_queueing_s=float(queueing.mean()),
         avg_bounded_slowdown=float(slowdown.mean()),
         makespan_s=float(makespan),
-        gpu_utilisation=float(gpu_seconds / (total_gpus * makespan)) if makespan > 0 else 0.0,
+        gpu_utilisation=_utilisation(outcomes, total_gpus, gpu_seconds, makespan, timeline),
         total_fees=float(sum(o.fee for o in outcomes)),
         gpu_hours=float(gpu_seconds / 3600.0),
         jct_lower_bound_s=float(np.mean([o.best_runtime for o in outcomes])),
     )
+
+
+def _utilisation(
+    outcomes: Sequence[JobOutcome],
+    total_gpus: int,
+    gpu_seconds: float,
+    makespan: float,
+    timeline: Timeline | None,
+) -> float:
+    submits = [o.job.submit_time for o in outcomes]
+    start, end = min(submits), max(submits)
+    if timeline is None or not timeline.times or end <= start:
+        return gpu_seconds / (total_gpus * makespan) if makespan > 0 else 0.0
+    return busy_share(timeline, start, end, total_gpus)
+
+
+def busy_share(timeline: Timeline, start: float, end: float, total_gpus: int) -> float:
+    """Time-average of busy GPUs / total over [start, end] from a step-wise timeline."""
+    times = np.asarray(timeline.times)
+    busy = np.asarray(timeline.busy_gpus, dtype=float)
+    edges = np.clip(np.append(times, end), start, end)
+    return float(np.sum(busy * np.diff(edges)) / ((end - start) * total_gpus))
 
 
 def fees_by_gpu_type(outcomes: Sequence[JobOutcome], prices: dict[str, float]) -> dict[str, float]:

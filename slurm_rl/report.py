@@ -24,8 +24,8 @@ COLUMNS = (
     ("p50 h", "p50_jct_s"),
     ("p95 h", "p95_jct_s"),
     ("p99 h", "p99_jct_s"),
-    ("avg queue h", "avg_queueing_s"),
-    ("bounded slowdown", "avg_bounded_slowdown"),
+    ("queue h", "avg_queueing_s"),
+    ("slow-down", "avg_bounded_slowdown"),
     ("makespan h", "makespan_s"),
     ("GPU util", "gpu_utilisation"),
     ("fees $", "total_fees"),
@@ -55,12 +55,18 @@ def _row(result: ReplayResult) -> dict[str, str]:
     }
 
 
+CONSOLE_COLUMNS = tuple(c for c in COLUMNS if c[1] != "makespan_s")
+
+
 def print_table(results: Sequence[ReplayResult], scenario: Scenario, console: Console) -> None:
-    table = Table(title=scenario_title(scenario, results))
-    for header, _ in COLUMNS:
-        table.add_column(header, justify="left" if header == "policy" else "right")
+    table = Table(title=scenario_title(scenario, results), title_justify="left")
+    for header, _ in CONSOLE_COLUMNS:
+        if header == "policy":
+            table.add_column(header, no_wrap=True)
+        else:
+            table.add_column(header, justify="right", max_width=9)
     for row in result_rows(results):
-        table.add_row(*(row[key] for _, key in COLUMNS))
+        table.add_row(*(row[key] for _, key in CONSOLE_COLUMNS))
     console.print(table)
     lower_bound = results[0].metrics.jct_lower_bound_s / HOUR if results else 0.0
     console.print(f"avg JCT lower bound: {lower_bound:.2f} h (every job starts at submit on the "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from slurm_rl.agents.nodesets import fixed_shape
 from slurm_rl.core import Cluster, Job
@@ -26,6 +27,14 @@ class Scenario:
     trace: Trace
     sim: SimConfig = field(default_factory=SimConfig)
     fluctuation: bool = True
+    measure_from: float | None = None  # jobs submitted earlier only warm the cluster up
+    request_shape: Literal["per-node", "flexible"] = "per-node"
+
+    def measured(self, outcomes: Sequence[JobOutcome]) -> list[JobOutcome]:
+        start = self.measure_from
+        if start is None:
+            return list(outcomes)
+        return [o for o in outcomes if o.job.submit_time >= start]
 
     @property
     def cluster(self) -> Cluster:
@@ -34,8 +43,20 @@ class Scenario:
     def runnable_jobs(self) -> tuple[list[Job], int]:
         """The trace's jobs that can run on this cluster at all, and how many cannot."""
         sizes = _node_sizes_by_type(self.cluster)
-        jobs = [job for job in self.trace.jobs if can_ever_run(job, sizes)]
+        submitted = self.trace.jobs
+        if self.request_shape == "per-node":
+            submitted = tuple(as_submitted(job, max(sizes[None])) for job in submitted)
+        jobs = [job for job in submitted if can_ever_run(job, sizes)]
         return jobs, len(self.trace.jobs) - len(jobs)
+
+
+def as_submitted(job: Job, largest_node: int) -> Job:
+    """The job as a Slurm user would submit it when the trace gives only a GPU count:
+    ``--gres=gpu:N`` on one node up to the largest node's size, else the fewest nodes that
+    hold it, GPUs spread evenly (``-N n --gres=gpu:N/n``). Traces that give a shape keep it."""
+    if job.num_nodes is not None or job.gpus_per_node is not None:
+        return job
+    return replace(job, num_nodes=-(-job.num_gpus // largest_node))
 
 
 def _node_sizes_by_type(cluster: Cluster) -> dict[str | None, list[int]]:
@@ -91,10 +112,11 @@ def replay(
     started = time.perf_counter()
     simulation = build_simulation(scenario, perf)
     cycles = run_loop(TraceSource(simulation), scheduler, SimActuator(simulation), None, on_cycle)
+    measured = scenario.measured(simulation.outcomes)
     return ReplayResult(
         policy_id=policy_id,
-        metrics=compute_metrics(simulation.outcomes, scenario.cluster.total_gpus),
-        outcomes=simulation.outcomes,
+        metrics=compute_metrics(measured, scenario.cluster.total_gpus, simulation.timeline),
+        outcomes=measured,
         timeline=simulation.timeline,
         wall_s=time.perf_counter() - started,
         cycles=cycles,

@@ -23,7 +23,7 @@ from slurm_rl.scenario import ReplayResult, Scenario, replay
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
 from slurm_rl.simulator.engine import SimConfig
 from slurm_rl.simulator.perfmodel import PerformanceModel
-from slurm_rl.workloads import open_workload
+from slurm_rl.workloads import open_measured_workload
 
 _progress_counter: Any = None  # a shared counter of finished decision cycles, set per worker
 
@@ -34,18 +34,26 @@ class PolicyRun:
     seed: int
 
 
+DEFAULT_SYNTHETIC_WARMUP_DAYS = 3.0
+
+
 def build_scenario(options: dict[str, Any]) -> Scenario:
     spec = load_cluster_spec(options["cluster"])
-    trace = open_workload(
+    if options.get("warmup_days") is None:
+        synthetic = options["trace_name"] == "synthetic"
+        options["warmup_days"] = DEFAULT_SYNTHETIC_WARMUP_DAYS if synthetic else 0.0
+    trace, measure_from = open_measured_workload(
         options["trace_name"],
         window_spec=options["window_spec"],
         days=options["days"],
         seed=options["seed"],
         fmt=options["trace_format"],
         skip_bad_rows=options["skip_bad_rows"],
+        warmup_days=options["warmup_days"],
     )
     config = SimConfig(mode=options["mode"], cycle_s=options["cycle_s"], seed=options["seed"])
-    return Scenario(spec=spec, trace=trace, sim=config, fluctuation=not options["no_fluctuation"])
+    return Scenario(spec=spec, trace=trace, sim=config, fluctuation=not options["no_fluctuation"],
+                    measure_from=measure_from)
 
 
 def policy_names(text: str | None) -> list[str]:

@@ -40,18 +40,43 @@ def open_workload(
     fmt: str | None = None,
     skip_bad_rows: bool = False,
 ) -> Trace:
-    """The trace to replay: ``synthetic`` (seeded, Philly-like), a named shared trace, or a file;
-    cut to ``window_spec`` (e.g. ``2017-10-01:2017-10-15`` or ``2017-10``) when given."""
-    if name_or_path == SYNTHETIC:
-        trace = synthetic_philly(days=days, seed=seed)
-    else:
-        path = trace_path(name_or_path)
-        if not path.exists():
-            raise InputError("no such trace file", path=path)
-        trace = load_trace(path, fmt, skip_bad_rows=skip_bad_rows)
-    if window_spec:
-        start, end = parse_window(window_spec)
-        trace = window(trace, start, end)
-        if not trace.jobs:
-            raise InputError(f"window {window_spec} holds no jobs of trace {trace.name!r}")
+    """The trace to replay: ``synthetic``, a named shared trace, or a file, cut to a window."""
+    trace, _ = open_measured_workload(
+        name_or_path, window_spec=window_spec, days=days, seed=seed, fmt=fmt,
+        skip_bad_rows=skip_bad_rows,
+    )
     return trace
+
+
+def open_measured_workload(
+    name_or_path: str,
+    *,
+    window_spec: str | None = None,
+    days: float = 7.0,
+    seed: int = 0,
+    fmt: str | None = None,
+    skip_bad_rows: bool = False,
+    warmup_days: float = 0.0,
+) -> tuple[Trace, float | None]:
+    """The trace to replay and the time from which jobs are measured.
+
+    ``synthetic`` (seeded, Philly-like), a named shared trace, or a file; cut to
+    ``window_spec`` (e.g. ``2017-10-01:2017-10-15`` or ``2017-10``) when given. With
+    ``warmup_days``, jobs submitted that long before the window (or before the synthetic
+    week) are replayed too, so the cluster is busy when measuring starts, but not measured.
+    """
+    warmup = warmup_days * 86400.0
+    if name_or_path == SYNTHETIC:
+        trace = synthetic_philly(days=days + warmup_days, seed=seed)
+        return trace, (trace.jobs[0].submit_time + warmup if warmup and trace.jobs else None)
+    path = trace_path(name_or_path)
+    if not path.exists():
+        raise InputError("no such trace file", path=path)
+    trace = load_trace(path, fmt, skip_bad_rows=skip_bad_rows)
+    if not window_spec:
+        return trace, (trace.jobs[0].submit_time + warmup if warmup and trace.jobs else None)
+    start, end = parse_window(window_spec)
+    measured = window(trace, start, end)
+    if not measured.jobs:
+        raise InputError(f"window {window_spec} holds no jobs of trace {trace.name!r}")
+    return window(trace, start - warmup, end), (start if warmup else None)

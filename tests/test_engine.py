@@ -188,3 +188,14 @@ def test_direct_mode_rejects_placements_on_busy_nodes():
     assert sim.rejected_actions == 1
     assert [r.job.job_id for r in sim.peek().running] == ["a"]
     assert snapshot is not None
+
+
+def test_placement_honours_the_requested_gpu_type():
+    from slurm_rl.agents.nodesets import place_in_order
+    from tests.sim_doubles import small_cluster
+
+    cluster = small_cluster()
+    typed = job("t", 0.0, 2, 10.0, gpu_type="v100")
+    placement = place_in_order(typed, cluster, [8, 8, 4, 4], range(4))
+    assert placement is not None and placement.nodes == ("v100-0",)
+    assert place_in_order(typed, cluster, [8, 8, 0, 1], range(4)) is None

@@ -28,8 +28,12 @@ def usable_nodes(job: Job, cluster: Cluster, free_gpus: Sequence[int]) -> list[i
 def place_in_order(
     job: Job, cluster: Cluster, free_gpus: Sequence[int], order: Iterable[int]
 ) -> Placement | None:
-    """The first placement found walking nodes in ``order`` (most preferred first)."""
+    """The first placement found walking nodes in ``order`` (most preferred first), using only
+    nodes of the job's GPU type when it names one."""
     candidates = [i for i in order if free_gpus[i] > 0]
+    if job.gpu_type:
+        wanted = job.gpu_type.lower()
+        candidates = [i for i in candidates if cluster.nodes[i].gpu_type.lower() == wanted]
     if job.gpus_per_node is not None or job.num_nodes is not None:
         return _fixed_shape(job, cluster, free_gpus, candidates)
     single = _first_single_node(job, free_gpus, candidates)
