@@ -30,11 +30,11 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from slurm_rl.agents.registry import make_scheduler
 from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.daemon.guard import GuardedScheduler
 from slurm_rl.daemon.heartbeat import FileHeartbeat, Heartbeat
 from slurm_rl.daemon.recorder import CycleSummary, StoreRecorder
 from slurm_rl.errors import SlurmRLError
-from slurm_rl.loop import run_cycle
-from slurm_rl.scheduler import Scheduler
+from slurm_rl.loop import DecisionMaker, run_cycle
 from slurm_rl.slurm import deferral
 from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
 from slurm_rl.slurm.client import CliSlurmClient
@@ -84,7 +84,7 @@ class Parts:
 
     config: DaemonConfig
     source: SlurmSource
-    scheduler: Scheduler
+    scheduler: DecisionMaker
     actuator: SlurmActuator
     heartbeat: Heartbeat
 
@@ -160,7 +160,7 @@ class Daemon:
     # -- building ------------------------------------------------------------------------
 
     def _build(self, config: DaemonConfig) -> Parts:
-        scheduler = make_scheduler(config.policy, gpu_speeds(), seed=config.seed)
+        scheduler = GuardedScheduler(make_scheduler(config.policy, gpu_speeds(), seed=config.seed))
         env = {"SLURM_CONF": str(config.slurm_conf)} if config.slurm_conf else None
         runner = self._runner or make_runner(env)
         client = CliSlurmClient(runner=runner, timeout_s=config.slurm_timeout_s)

@@ -1,0 +1,74 @@
+"""A last check between a policy and a live Slurm: never pin a job where Slurm cannot run it.
+
+Slurm keeps a job whose ``ReqNodeList`` cannot satisfy its request pending for good
+(``Reason=BadConstraints``, priority 0), and the next cycle would pin it the same way again.
+So before the actuator sees a decision, each placement is checked against the job's own
+request: the nodes exist, they have the GPU type the job asked for and enough GPUs, and the
+shape (GPUs, node count, GPUs per node) is the job's. A placement that fails is dropped (the
+job is still released, and Slurm chooses its nodes) with one warning line per cycle; the
+store records the decision as applied, without those nodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from slurm_rl.core import Cluster, ClusterSnapshot, Decision, Job, Placement, placement_fits_shape
+from slurm_rl.loop import DecisionMaker
+
+log = logging.getLogger("slurm_rl.daemon")
+SHOWN_REFUSALS = 5  # a log line names this many jobs, then counts the rest
+
+
+def placement_problem(job: Job, placement: Placement, cluster: Cluster) -> str | None:
+    """Why Slurm would refuse to run ``job`` on ``placement``, or None if it can."""
+    missing = [n for n in placement.nodes if not cluster.has_node(n)]
+    if missing:
+        return f"unknown node {missing[0]}"
+    nodes = [cluster.nodes[cluster.index(n)] for n in placement.nodes]
+    wanted = job.gpu_type.lower() if job.gpu_type else None
+    for node, gpus in zip(nodes, placement.gpus, strict=True):
+        if wanted is not None and node.gpu_type.lower() != wanted:
+            return f"asks for {job.gpu_type}, {node.name} has {node.gpu_type}"
+        if gpus > node.gpus:
+            return f"{gpus} GPUs on {node.name}, which has {node.gpus}"
+    if not placement_fits_shape(job, placement):
+        return f"shape {placement.gpus} is not the job's ({job.num_gpus} GPUs)"
+    return None
+
+
+def checked(decision: Decision, snapshot: ClusterSnapshot) -> tuple[Decision, dict[str, str]]:
+    """``decision`` without the placements Slurm would refuse, and why each was refused."""
+    jobs = {job.job_id: job for job in snapshot.pending}
+    refused: dict[str, str] = {}
+    for job_id, placement in decision.placements.items():
+        job = jobs.get(job_id)
+        problem = None if job is None else placement_problem(job, placement, snapshot.cluster)
+        if problem is not None:
+            refused[job_id] = problem
+    if not refused:
+        return decision, refused
+    kept = {j: p for j, p in decision.placements.items() if j not in refused}
+    return dataclasses.replace(decision, placements=kept), refused
+
+
+class GuardedScheduler:
+    """A :class:`~slurm_rl.loop.DecisionMaker` whose decisions pass :func:`checked`."""
+
+    def __init__(self, inner: DecisionMaker) -> None:
+        self.inner = inner
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        decision, refused = checked(self.inner.decide(snapshot), snapshot)
+        if refused:
+            log.warning("policy %s placed %d jobs where Slurm cannot run them, released "
+                        "without nodes: %s", decision.policy_id, len(refused), _listing(refused))
+        return decision
+
+
+def _listing(refused: dict[str, str]) -> str:
+    items = list(refused.items())
+    shown = "; ".join(f"job {job_id}: {why}" for job_id, why in items[:SHOWN_REFUSALS])
+    more = len(items) - SHOWN_REFUSALS
+    return f"{shown}; and {more} more" if more > 0 else shown
