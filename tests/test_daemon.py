@@ -274,14 +274,10 @@ def test_the_guard_knows_each_nodes_capacity() -> None:
                              cluster) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="slurm_rl/agents/nodesets.place_in_order ignores Job.gpu_type: best-fit puts an "
-    "a100 request on a v100 node (the guard then drops the placement); see docs/daemon.md",
-)
 def test_best_fit_places_a_typed_job_on_its_gpu_type(
     make_daemon: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # The fullest node with room is v100-01 (1 GPU free): an a100 request must skip it.
     runner = _cluster()
     doc = json.loads(fixture_text("22.05", "squeue.json"))
     for job in doc["jobs"]:

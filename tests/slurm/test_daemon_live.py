@@ -131,13 +131,11 @@ def test_jobs_start_on_exactly_the_nodes_the_daemon_decided(
     live: LiveCluster, tmp_path: Path
 ) -> None:
     short = "sleep 4"
-    # Typed requests only where one GPU type can hold them: best-fit ignores the type (see
-    # the xfail in test_daemon.py), and the guard would then release the job without nodes.
     jobs = [
-        live.sbatch("alice", "-N2", "--gres=gpu:8", "-t", "10", script=short),
-        live.sbatch("bob", "--gres=gpu:4", "-t", "10", script=short),
-        live.sbatch("alice", "--gpus=2", "-t", "10", script=short),
-        live.sbatch("bob", "-N2", "--gres=gpu:2", "-t", "10", script=short),
+        live.sbatch("alice", "-N2", "--gres=gpu:a100:8", "-t", "10", script=short),
+        live.sbatch("bob", "--gres=gpu:a100:4", "-t", "10", script=short),
+        live.sbatch("alice", "--gpus=v100:2", "-t", "10", script=short),
+        live.sbatch("bob", "-N2", "--gres=gpu:v100:2", "-t", "10", script=short),
         live.sbatch("alice", "--gres=gpu:1", "-t", "10", script=short),
         live.sbatch("bob", "--gres=gpu:a100:8", "-t", "10", script=short),
     ]
@@ -200,8 +198,8 @@ def test_shadow_and_dry_run_change_nothing_in_slurm(
     live: LiveCluster, tmp_path: Path, mode: str, dry_run: bool
 ) -> None:
     gpu_speeds()  # computed once per process: not inside the jobs' deferral window
-    jobs = [live.sbatch("alice", "--gres=gpu:1", "-t", "10"),
-            live.sbatch("bob", "-N2", "--gres=gpu:2", "-t", "10")]
+    jobs = [live.sbatch("alice", "--gres=gpu:v100:1", "-t", "10"),
+            live.sbatch("bob", "-N2", "--gres=gpu:a100:2", "-t", "10")]
     before = {job_id: _state_of(live.job(job_id)) for job_id in jobs}
     found = _native_site(live)
     beat = found.heartbeat.read_text() if found else None
@@ -296,7 +294,7 @@ def test_a_running_daemon_reloads_on_sighup_and_stops_cleanly_on_sigterm(
     daemon, path = start_daemon(plugin_conf_dir=str(site.conf_dir))
     _wait_for_beat(live, site, daemon, begun)
     assert f"heartbeat_path = {site.heartbeat}" in (site.conf_dir / CONF_NAME).read_text()
-    first = live.sbatch("alice", "--gres=gpu:2", "-t", "10")
+    first = live.sbatch("alice", "--gres=gpu:a100:2", "-t", "10")
     window_end = deferred_until(live.job(first).admin_comment)
     assert window_end is not None  # deferred because the daemon beats
     running = live.wait_state(first, "RUNNING", timeout_s=live.window_s + SCHED_SLACK_S)
@@ -308,7 +306,7 @@ def test_a_running_daemon_reloads_on_sighup_and_stops_cleanly_on_sigterm(
     daemon.signal(signal.SIGHUP)
     reloaded = "reloaded config: policy multifactor+first-fit"
     live.wait_for(lambda: reloaded in daemon.output(), "the reload", timeout_s=15.0)
-    second = live.sbatch("bob", "--gres=gpu:1", "-t", "10")
+    second = live.sbatch("bob", "--gres=gpu:v100:1", "-t", "10")
     live.wait_state(second, "RUNNING", timeout_s=live.window_s + SCHED_SLACK_S)
     assert _decision(store, second).policy_id == "multifactor+first-fit"
 
