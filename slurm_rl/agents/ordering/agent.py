@@ -1,0 +1,304 @@
+"""The learned ordering agent, policy bundles (save, load, schema check) and ready schedulers.
+
+A *bundle* is a directory: ``weights.pt`` (the :class:`~.network.DualNetwork` ``state_dict``,
+loaded with ``weights_only=True``) and ``meta.json`` (bundle format, feature schema, network
+sizes, λ, the node-set chooser, training windows, seed, metrics, package version). A bundle
+whose feature schema differs from this package's is refused with one line
+(:class:`BundleError`): features would be misread silently otherwise.
+
+Our design throughout; docs/ordering-agent.md describes it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from slurm_rl import __version__
+from slurm_rl.agents.base import OrderingPolicy, PlacementPolicy, Scores
+from slurm_rl.agents.ordering.candidates import CANDIDATE_FEATURES, CandidateGenerator
+from slurm_rl.agents.ordering.features import (
+    CLUSTER_FEATURES,
+    FEATURE_SCHEMA_VERSION,
+    JOB_FEATURES,
+    FeatureBuilder,
+    FloatArray,
+)
+from slurm_rl.agents.ordering.messages import MESSAGE_FEATURES, BoolArray, Messenger
+from slurm_rl.agents.ordering.network import DualNetwork, NetworkConfig, OrderingNetwork
+from slurm_rl.agents.ordering.placement import LearnedPlacement
+from slurm_rl.agents.ordering_baselines import Qssf
+from slurm_rl.agents.placement_baselines import BestFit, FastestGpuFirst
+from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
+from slurm_rl.core import ClusterSnapshot
+from slurm_rl.errors import SlurmRLError
+from slurm_rl.paths import REPO_DIR
+from slurm_rl.scheduler import Scheduler
+
+BUNDLE_FORMAT = "slurm-rl-policy-bundle/1"
+WEIGHTS_FILE = "weights.pt"
+META_FILE = "meta.json"
+Variant = Literal["dual", "ordering-only", "placement-only", "no-communication"]
+VARIANTS: tuple[Variant, ...] = ("dual", "ordering-only", "placement-only", "no-communication")
+CHOOSERS = ("rwgp", "best-fit")
+
+
+class BundleError(SlurmRLError):
+    """A policy bundle that cannot be used (missing, malformed, or another feature schema)."""
+
+
+def default_bundle_path() -> Path:
+    return REPO_DIR / "policies" / "default"
+
+
+def network_config(hidden: int = 64) -> NetworkConfig:
+    return NetworkConfig(len(JOB_FEATURES), len(CLUSTER_FEATURES), len(MESSAGE_FEATURES),
+                         len(CANDIDATE_FEATURES), hidden)
+
+
+# ----- the ordering agent ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One snapshot as the ordering actor and the critic see it; rows follow ``pending``."""
+
+    jobs: FloatArray
+    messages: FloatArray
+    cluster: FloatArray
+    valid: BoolArray  # the job can start now (the placement agent found a node set)
+
+
+def masked_scores(raw: FloatArray, valid: BoolArray) -> FloatArray:
+    """Scores that rank every job that can start before every job that cannot, keeping the
+    network's order inside each group (Slurm still sees the masked jobs' order: the first of
+    them gets backfill's reservation)."""
+    if not len(raw):
+        return raw
+    shift = float(raw.max() - raw.min()) + 1.0
+    return np.where(valid, raw, raw - shift)
+
+
+class OrderingAgent:
+    """The learned :class:`~slurm_rl.agents.base.OrderingPolicy` (docs/ordering-agent.md)."""
+
+    def __init__(self, network: OrderingNetwork, builder: FeatureBuilder,
+                 messenger: Messenger, name: str = "rl") -> None:
+        self.network = network
+        self.builder = builder
+        self.messenger = messenger
+        self.name = name
+
+    def observe(self, snapshot: ClusterSnapshot) -> None:
+        self.builder.observe(snapshot)
+
+    def observation(self, snapshot: ClusterSnapshot) -> Observation:
+        encoded = self.builder.encode(snapshot)
+        messages, valid = self.messenger.messages(encoded)
+        return Observation(encoded.jobs, messages, encoded.cluster, valid)
+
+    def raw_scores(self, observation: Observation) -> FloatArray:
+        """The network's score per job (no mask)."""
+        with torch.no_grad():
+            scores = self.network(
+                torch.from_numpy(observation.jobs).float().unsqueeze(0),
+                torch.from_numpy(observation.messages).float().unsqueeze(0),
+                torch.from_numpy(observation.cluster).float().unsqueeze(0),
+                torch.ones(1, len(observation.jobs), dtype=torch.bool),
+            )[0]
+        out: FloatArray = scores.double().numpy()
+        return out
+
+    def score(self, snapshot: ClusterSnapshot) -> Scores:
+        if not snapshot.pending:
+            return np.zeros(0)
+        observation = self.observation(snapshot)
+        return masked_scores(self.raw_scores(observation), observation.valid)
+
+
+# ----- bundles ---------------------------------------------------------------------------
+
+
+def feature_schema() -> dict[str, Any]:
+    return {
+        "version": FEATURE_SCHEMA_VERSION,
+        "job": list(JOB_FEATURES),
+        "cluster": list(CLUSTER_FEATURES),
+        "message": list(MESSAGE_FEATURES),
+        "candidate": list(CANDIDATE_FEATURES),
+    }
+
+
+@dataclass(frozen=True)
+class Bundle:
+    path: Path
+    network: DualNetwork
+    meta: Mapping[str, Any]
+
+    @property
+    def fee_weight(self) -> float:
+        return float(self.meta.get("fee_weight", 0.0))
+
+    @property
+    def chooser(self) -> str:
+        return str(self.meta.get("chooser", "rwgp"))
+
+
+def save_bundle(directory: Path, network: DualNetwork, meta: Mapping[str, Any]) -> Path:
+    """Writes ``weights.pt`` and ``meta.json`` (``meta`` adds to the standard fields)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    torch.save(network.state_dict(), directory / WEIGHTS_FILE)
+    full = {
+        "format": BUNDLE_FORMAT,
+        "feature_schema": feature_schema(),
+        "network": network.config.as_dict(),
+        "package_version": __version__,
+        **meta,
+    }
+    (directory / META_FILE).write_text(json.dumps(full, indent=2, sort_keys=True) + "\n")
+    return directory
+
+
+def load_bundle(directory: Path | str) -> Bundle:
+    """The bundle in ``directory``; :class:`BundleError` (one line) when it cannot be used."""
+    path = Path(directory)
+    meta = _read_meta(path)
+    _check_schema(path, meta)
+    try:
+        network = DualNetwork(NetworkConfig(**meta["network"]))
+        state = torch.load(path / WEIGHTS_FILE, weights_only=True, map_location="cpu")
+        network.load_state_dict(state)
+    except (OSError, RuntimeError, TypeError, KeyError, ValueError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise BundleError(f"policy bundle {path}: cannot load its weights: {first}") from None
+    network.eval()
+    return Bundle(path, network, meta)
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((path / META_FILE).read_text())
+    except FileNotFoundError:
+        raise BundleError(f"no policy bundle at {path} (no {META_FILE})") from None
+    except (OSError, json.JSONDecodeError) as error:
+        raise BundleError(f"policy bundle {path}: unreadable {META_FILE}: {error}") from None
+    if not isinstance(meta, dict) or meta.get("format") != BUNDLE_FORMAT:
+        raise BundleError(f"policy bundle {path}: not a {BUNDLE_FORMAT} bundle")
+    return meta
+
+
+def _check_schema(path: Path, meta: Mapping[str, Any]) -> None:
+    found = meta.get("feature_schema")
+    version = found.get("version") if isinstance(found, dict) else None
+    if version != FEATURE_SCHEMA_VERSION:
+        raise BundleError(
+            f"policy bundle {path} has feature schema v{version}, this slurm-rl reads "
+            f"v{FEATURE_SCHEMA_VERSION}: retrain it with `slurm-rl train`"
+        )
+    if found != feature_schema():
+        raise BundleError(
+            f"policy bundle {path}: its feature names differ from this slurm-rl's "
+            f"(schema v{FEATURE_SCHEMA_VERSION}): retrain it with `slurm-rl train`"
+        )
+
+
+# ----- schedulers from a bundle ------------------------------------------------------------
+
+
+def make_chooser(name: str, gpu_speed: Mapping[str, float], fee_weight: float) -> PlacementPolicy:
+    """The node-set chooser inside the placement agent: the RWGP, or best-fit."""
+    if name == "rwgp":
+        return RwgpPlacement(gpu_speed, PlacementConfig(fee_weight=fee_weight))
+    if name == "best-fit":
+        return BestFit()
+    raise BundleError(f"unknown node-set chooser {name!r}; known: {', '.join(CHOOSERS)}")
+
+
+def learned_placement(bundle: Bundle, gpu_speed: Mapping[str, float],
+                      builder: FeatureBuilder) -> LearnedPlacement:
+    chooser = make_chooser(bundle.chooser, gpu_speed, bundle.fee_weight)
+    return LearnedPlacement(bundle.network.placement, builder,
+                            CandidateGenerator(chooser, builder))
+
+
+def build_scheduler(
+    bundle: Bundle,
+    gpu_speed: Mapping[str, float],
+    *,
+    variant: Variant = "dual",
+    baseline_placement: PlacementPolicy | None = None,
+    baseline_ordering: OrderingPolicy | None = None,
+    max_ranked: int = 500,
+    threads: int | None = 1,
+) -> Scheduler:
+    """A scheduler from a bundle. ``ordering-only``: the learned ordering with a heuristic
+    placement (``baseline_placement``, default fastest-GPU first), whose own placement is its
+    message; ``placement-only``: a heuristic ordering (default QSSF) with the learned
+    placement; ``no-communication``: the dual agent with the message path cut."""
+    if threads:
+        torch.set_num_threads(threads)
+    builder = FeatureBuilder(gpu_speed)
+    if variant == "placement-only":
+        ordering = baseline_ordering or Qssf()
+        return Scheduler(ordering, learned_placement(bundle, gpu_speed, builder),
+                         max_ranked=max_ranked)
+    network = bundle.network
+    if variant == "no-communication":
+        network = copy.deepcopy(network)
+        network.ordering.communicate = False
+    if variant == "ordering-only":
+        placement: PlacementPolicy = baseline_placement or FastestGpuFirst(gpu_speed)
+        messenger = Messenger(CandidateGenerator(placement, builder, per_type=False), None)
+    else:
+        chooser = make_chooser(bundle.chooser, gpu_speed, bundle.fee_weight)
+        learned = LearnedPlacement(network.placement, builder,
+                                   CandidateGenerator(chooser, builder))
+        placement, messenger = learned, learned.messenger
+    agent = OrderingAgent(network.ordering, builder, messenger, _agent_name(variant))
+    return Scheduler(agent, placement, max_ranked=max_ranked)
+
+
+def _agent_name(variant: Variant) -> str:
+    return "rl-nocomm" if variant == "no-communication" else "rl"
+
+
+def registry_scheduler(
+    name: str, gpu_speed: Mapping[str, float], *, seed: int = 0, bundle_path: Path | None = None
+) -> Scheduler:
+    """Named policies with the shipped bundle, for the policy registry: ``rl+rl`` (the dual
+    agent), ``rl-nocomm+rl``, ``rl+<placement>`` (learned ordering, heuristic placement) and
+    ``<ordering>+rl`` (heuristic ordering, learned placement)."""
+    from slurm_rl.agents.registry import ORDERING, placement_factories
+
+    ordering_name, _, placement_name = name.partition("+")
+    bundle = load_bundle(bundle_path or default_bundle_path())
+    if ordering_name in ("rl", "rl-nocomm") and placement_name == "rl":
+        variant: Variant = "dual" if ordering_name == "rl" else "no-communication"
+        return build_scheduler(bundle, gpu_speed, variant=variant)
+    if ordering_name == "rl":
+        placement = placement_factories(gpu_speed, seed)[placement_name]()
+        return build_scheduler(bundle, gpu_speed, variant="ordering-only",
+                               baseline_placement=placement)
+    return build_scheduler(bundle, gpu_speed, variant="placement-only",
+                           baseline_ordering=ORDERING[ordering_name]())
+
+
+def scheduler_or_fallback(
+    path: Path | str | None,
+    gpu_speed: Mapping[str, float],
+    warn: Callable[[str], None],
+) -> Scheduler:
+    """The dual agent from ``path`` (default: the shipped bundle), or QSSF + fastest-GPU when
+    the bundle cannot be used; ``warn`` gets the one-line reason. For the daemon."""
+    try:
+        return build_scheduler(load_bundle(path or default_bundle_path()), gpu_speed)
+    except BundleError as error:
+        warn(f"{error}; falling back to qssf+fastest-gpu")
+        return Scheduler(Qssf(), FastestGpuFirst(gpu_speed))
