@@ -446,3 +446,13 @@ def test_cli_refuses_an_unknown_policy_in_one_line(tmp_path: Path) -> None:
         "fastest-gpu, first-fit, random"
     ]
     assert not (tmp_path / "state").exists()  # nothing is created for a config that fails
+
+
+def test_cli_reports_a_store_it_cannot_open_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "slurm-rl.toml"
+    path.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n')
+    store = f"sqlite:///{tmp_path}/missing/dir/s.sqlite"
+    result = CliRunner().invoke(daemon_command, ["--config", str(path), "--store", store])
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"Error: cannot open the store {store}: (sqlite3.OperationalError)")

@@ -6,6 +6,7 @@ runs the same command. Errors reach the user as one line, never a traceback.
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 from pathlib import Path
@@ -67,6 +68,10 @@ def daemon_command(
         daemon = Daemon(lambda: load_config(config_path, overrides), on_config=configure_logging)
     except SlurmRLError as exc:
         raise click.ClickException(str(exc)) from exc
+    # Modules, policy weights and the like live as long as the process: keep the collector
+    # from walking them on every collection (they move to the permanent generation).
+    gc.collect()
+    gc.freeze()
     if once:
         result = daemon.run_once()
         daemon.close(retire=False)  # one cycle of a series (cron, tests): keep the beat

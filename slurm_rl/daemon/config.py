@@ -31,24 +31,22 @@ class DaemonConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    policy: str = Field("fifo+best-fit", description="<ordering>+<placement> policy name")
+    policy: str = "fifo+best-fit"  # <ordering>+<placement>
     mode: ModeName = "shadow"
-    dry_run: bool = Field(False, description="plan as in `mode`, send nothing (shadow actuator)")
-    interval_s: float = Field(5.0, gt=0, description="seconds from one cycle start to the next")
-    partitions: tuple[str, ...] = Field((), description="managed partitions; empty = all")
-    cluster_name: str = Field("", description="name in the store; default: Slurm's, or 'slurm'")
+    dry_run: bool = False  # plan as `mode` would, send nothing (the shadow actuator)
+    interval_s: float = Field(default=5.0, gt=0)  # from one cycle's start to the next
+    partitions: tuple[str, ...] = ()  # managed partitions; empty = all
+    cluster_name: str = ""  # the name jobs are stored under; default: Slurm's, or "slurm"
     state_dir: Path = DEFAULT_STATE_DIR
-    store_url: str | None = Field(None, description="SQLAlchemy URL; default SQLite in state_dir")
-    heartbeat_path: Path | None = Field(None, description="default: <state_dir>/heartbeat")
-    plugin_conf_dir: Path | None = Field(
-        None, description="directory of slurm.conf: write job_submit_slurm_rl.conf there"
-    )
-    heartbeat_max_age_s: int = Field(30, ge=1)
-    defer_window_s: int = Field(10, ge=1)
-    defer_extension_s: float = Field(30.0, gt=0)
-    defer_cap_s: float = Field(600.0, ge=0)
-    slurm_timeout_s: float = Field(15.0, gt=0, description="timeout of squeue/sinfo/scontrol")
-    slurm_conf: Path | None = Field(None, description="SLURM_CONF for the Slurm commands")
+    store_url: str | None = None  # SQLAlchemy URL; default: SQLite in state_dir
+    heartbeat_path: Path | None = None  # default: <state_dir>/heartbeat
+    plugin_conf_dir: Path | None = None  # slurm.conf's directory: job_submit config goes there
+    heartbeat_max_age_s: int = Field(default=30, ge=1)
+    defer_window_s: int = Field(default=10, ge=1)
+    defer_extension_s: float = Field(default=30.0, gt=0)
+    defer_cap_s: float = Field(default=600.0, ge=0)
+    slurm_timeout_s: float = Field(default=15.0, gt=0)  # every squeue/sinfo/scontrol call
+    slurm_conf: Path | None = None  # SLURM_CONF for the Slurm commands
     price_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
     seed: int = 0
     log_level: LogLevel = "info"
