@@ -51,7 +51,13 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
-from slurm_rl.agents.rwgp.belief import Batch, SpeedBelief, StatePrior, gang_readings
+from slurm_rl.agents.rwgp.belief import (
+    Batch,
+    GangReadings,
+    SpeedBelief,
+    StatePrior,
+    gang_readings,
+)
 from slurm_rl.agents.rwgp.kernels import Hyperparameters, MachineGraph, RwgpPrior
 from slurm_rl.core import Cluster, SpeedObservation
 
@@ -76,7 +82,7 @@ class RwgpConfig:
     gang_hold_h: float = 3.0  # the longest a "one of them is slow" gang reading is held
     max_held: int = 1024
     max_classes: int = 32  # classes beyond this share the last slot
-    symmetrize_every: int = 16
+    symmetrize_every: int = 128  # updates between re-symmetrising Σ (an O(n²) pass)
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,7 @@ class RwgpModel:
         self._backlog: deque[Reading] = deque()  # beyond the update budget
         self._held: list[Reading] = []  # gangs waiting for their members to be told apart
         self._now_h = 0.0
+        self._checked = -1  # self._updates when the held gangs were last matched
 
     # ----- clock and classes -----------------------------------------------------------
 
@@ -237,42 +244,42 @@ class RwgpModel:
 
     def _release_gangs(self, force: bool = False) -> None:
         """Read the held gangs that are settled (module docstring), have waited
-        ``gang_hold_h``, or overflow ``max_held``; hold the rest."""
+        ``gang_hold_h``, or overflow ``max_held``; hold the rest. Nothing to look at unless
+        the belief changed or the oldest gang is due."""
         if not self._held:
             return
-        pseudo, settled = self._gang_pseudo(self._held)
         now, config = max(self.belief.time_h, self._now_h), self.config
         overflow = len(self._held) - config.max_held
+        oldest_due = now - self._held[0].time_h >= config.gang_hold_h
+        if not (force or overflow > 0 or oldest_due or self._updates != self._checked):
+            return
+        self._checked = self._updates
+        match = self._match(self._held)
+        settled = match.settled.tolist()
         ready = [
-            force or k < overflow or bool(settled[k]) or now - r.time_h >= config.gang_hold_h
+            force or k < overflow or settled[k] or now - r.time_h >= config.gang_hold_h
             for k, r in enumerate(self._held)
         ]
-        released = [r for r, go in zip(self._held, ready, strict=True) if go]
+        rows = [k for k, go in enumerate(ready) if go]
+        released = [self._held[k] for k in rows]
         self._held = [r for r, go in zip(self._held, ready, strict=True) if not go]
         if released:
             self.belief.advance(now)
-            self._condition([p for shares, go in zip(pseudo, ready, strict=True) if go
-                             for p in shares])
+            self._condition(_shares(released, match, rows))
             self.window.extend(released)
 
-    def _gang_pseudo(self, gangs: list[Reading]) -> tuple[list[list[Pseudo]], list[bool]]:
-        """Each gang's members' pseudo-readings at the current belief, and whether it is
-        settled (:func:`~.belief.gang_readings`)."""
+    def _match(self, gangs: list[Reading]) -> GangReadings:
+        """The gangs' moment-matched pseudo-readings at the current belief
+        (:func:`~.belief.gang_readings`)."""
         width = max(len(r.machines) for r in gangs)
         machines = torch.tensor([_pad(r.machines, width) for r in gangs], dtype=torch.long)
         slots = torch.tensor([r.slot for r in gangs])[:, None].expand_as(machines)
         mean, var = self.belief.marginals(machines.clamp(min=0), slots)
-        found = gang_readings(
+        return gang_readings(
             mean, var, machines >= 0,
             torch.tensor([r.speed for r in gangs], dtype=_DTYPE),
             torch.tensor([self._noise(r) for r in gangs], dtype=_DTYPE),
         )
-        pseudo = [
-            [Pseudo(m, r.slot, r.time_h, float(found.speed[i, j]), float(found.noise[i, j]))
-             for j, m in enumerate(r.machines) if math.isfinite(float(found.noise[i, j]))]
-            for i, r in enumerate(gangs)
-        ]
-        return pseudo, found.settled.tolist()
 
     def _condition(self, pseudo: list[Pseudo]) -> None:
         """One batched Kalman update with one-machine (pseudo-)readings."""
@@ -333,13 +340,12 @@ class RwgpModel:
     def _window_pseudo(self) -> list[Pseudo]:
         readings = list(self.window)
         gangs = [r for r in readings if len(r.machines) > 1]
-        shares = iter(self._gang_pseudo(gangs)[0] if gangs else [])
-        pseudo: list[Pseudo] = []
-        for r in readings:
-            if len(r.machines) == 1:
-                pseudo.append(Pseudo(r.machines[0], r.slot, r.time_h, r.speed, self._noise(r)))
-            else:
-                pseudo += next(shares)
+        pseudo = [
+            Pseudo(r.machines[0], r.slot, r.time_h, r.speed, self._noise(r))
+            for r in readings if len(r.machines) == 1
+        ]
+        if gangs:
+            pseudo += _shares(gangs, self._match(gangs), list(range(len(gangs))))
         return sorted(pseudo, key=lambda p: p.time_h)
 
     def _negative_mll(self, data: Sequence[Pseudo]) -> Tensor:
@@ -419,6 +425,16 @@ class RwgpModel:
             model.belief.load_state_dict(state["belief"])
             model.origin = state["origin"]
         return model
+
+
+def _shares(gangs: list[Reading], match: GangReadings, rows: list[int]) -> list[Pseudo]:
+    """The informative members' pseudo-readings of ``gangs`` (rows ``rows`` of ``match``)."""
+    speeds, noises = match.speed[rows].tolist(), match.noise[rows].tolist()
+    return [
+        Pseudo(m, r.slot, r.time_h, speed[j], noise[j])
+        for r, speed, noise in zip(gangs, speeds, noises, strict=True)
+        for j, m in enumerate(r.machines) if math.isfinite(noise[j])
+    ]
 
 
 def _pad(values: tuple[int, ...], width: int) -> list[int]:
