@@ -24,6 +24,7 @@ SECTION = "daemon"
 DEFAULT_STATE_DIR = Path("/var/lib/slurm-rl")
 STORE_FILE = "slurm-rl.sqlite"
 HEARTBEAT_FILE = "heartbeat"
+JOBCOMP_POSITION_FILE = "jobcomp.position"
 
 
 class DaemonConfig(BaseModel):
@@ -47,6 +48,7 @@ class DaemonConfig(BaseModel):
     defer_cap_s: float = Field(default=600.0, ge=0)
     slurm_timeout_s: float = Field(default=15.0, gt=0)  # every squeue/sinfo/scontrol call
     slurm_conf: Path | None = None  # SLURM_CONF for the Slurm commands
+    jobcomp_path: Path | None = None  # JobCompLoc of jobcomp/filetxt: outcomes squeue forgot
     price_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
     seed: int = 0
     log_level: LogLevel = "info"
@@ -70,6 +72,17 @@ class DaemonConfig(BaseModel):
     @property
     def heartbeat(self) -> Path:
         return self.heartbeat_path or self.state_dir / HEARTBEAT_FILE
+
+    @property
+    def uses_state_dir(self) -> bool:
+        """Whether anything of this config lives in ``state_dir`` (which must then exist)."""
+        defaults = self.store_url is None or self.heartbeat_path is None
+        return defaults or self.jobcomp_path is not None
+
+    @property
+    def jobcomp_position(self) -> Path:
+        """Where the daemon keeps its place in the jobcomp log across restarts."""
+        return self.state_dir / JOBCOMP_POSITION_FILE
 
     @property
     def actuator_mode(self) -> str:

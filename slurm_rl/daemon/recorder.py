@@ -4,8 +4,9 @@ The store gets one cycle row per healthy cycle, and one decision row per job who
 differs from the last one this daemon stored for it. A queue that does not change therefore
 costs one row per cycle, not one per pending job (the previous decision still stands: the
 actuator found Slurm already holding it, or would send the same command again). Finished
-jobs are stored from the snapshot once each; when the store cannot be written they are kept
-and written with the next cycle, so an outcome is never lost to a store hiccup.
+jobs are stored from the snapshot once each (and, when configured, from the jobcomp/filetxt
+log for jobs squeue has forgotten); when the store cannot be written they are kept and
+written with the next cycle, so an outcome is never lost to a store hiccup.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from slurm_rl.core import ClusterSnapshot, Decision, FinishedJob
+from slurm_rl.daemon import jobcomp
+from slurm_rl.daemon.jobcomp import JobcompLog
 from slurm_rl.slurm.actuator import ActuationReport, JobOutcome
 from slurm_rl.store.repository import ActionRecord, Store
 
@@ -24,6 +27,7 @@ OUTCOME_SOURCE = "squeue"
 MAX_BUFFERED_OUTCOMES = 100_000
 
 Signature = tuple[object, ...]
+Queued = tuple[str, str, FinishedJob]  # cluster, source, job
 
 
 def action_record(outcome: JobOutcome) -> ActionRecord:
@@ -62,14 +66,15 @@ class CycleSummary:
 class StoreRecorder:
     """The loop's recorder (``recorder.record(snapshot, decision, report)``) for the daemon."""
 
-    def __init__(self, store: Store, mode: str) -> None:
+    def __init__(self, store: Store, mode: str, jobcomp_log: JobcompLog | None = None) -> None:
         self.store = store
         self.mode = mode
+        self.jobcomp = jobcomp_log
         self.cycle_started = time.monotonic()
         self.last: CycleSummary | None = None
         self.cycle_stored = False  # whether this cycle's row made it (outcomes may still fail)
         self._stored: dict[str, Signature] = {}
-        self._unrecorded: deque[tuple[str, FinishedJob]] = deque(maxlen=MAX_BUFFERED_OUTCOMES)
+        self._unrecorded: deque[Queued] = deque(maxlen=MAX_BUFFERED_OUTCOMES)
 
     def start_cycle(self) -> None:
         self.cycle_started = time.monotonic()
@@ -81,7 +86,8 @@ class StoreRecorder:
             raise TypeError(f"the daemon's actuator returned {type(result).__name__}")
         cluster = snapshot.cluster.name
         # Outcomes are queued first: if the cycle row cannot be written, they still are later.
-        self._unrecorded.extend((cluster, done) for done in snapshot.finished)
+        # squeue's go first: when both sources report a job, its outcome keeps squeue's.
+        self._unrecorded.extend((cluster, OUTCOME_SOURCE, done) for done in snapshot.finished)
         fresh = self._fresh_actions(snapshot, decision, result.outcomes)
         duration = time.monotonic() - self.cycle_started
         cycle_id = self.store.record_cycle(
@@ -90,21 +96,35 @@ class StoreRecorder:
         )
         self.cycle_stored = True
         self._stored.update((record.job_id, signature) for record, signature in fresh)
+        self._queue_jobcomp(cluster)
         self.flush()
+        if self.jobcomp is not None:
+            self.jobcomp.commit()
         self.last = _summary(cycle_id, snapshot, decision, result, len(fresh))
 
     def flush(self) -> int:
         """Write the finished jobs not stored yet; returns how many were new to the store."""
         added = 0
         while self._unrecorded:
-            cluster = self._unrecorded[0][0]
-            batch = _take_cluster(self._unrecorded, cluster)
+            cluster, source, _ = self._unrecorded[0]
+            batch = _take_batch(self._unrecorded, cluster, source)
             try:
-                added += self.store.record_outcomes(cluster, batch, OUTCOME_SOURCE)
+                added += self.store.record_outcomes(cluster, batch, source)
             except BaseException:
-                self._unrecorded.extendleft((cluster, done) for done in reversed(batch))
+                self._unrecorded.extendleft((cluster, source, d) for d in reversed(batch))
                 raise
         return added
+
+    def _queue_jobcomp(self, cluster: str) -> None:
+        """Outcomes from the jobcomp log for jobs the store knows (see daemon/jobcomp.py)."""
+        if self.jobcomp is None:
+            return
+        completed = self.jobcomp.read_new()
+        if not completed:
+            return
+        known = jobcomp.known_jobs(self.store, cluster, (c.job_id for c in completed))
+        found = jobcomp.outcomes(completed, known)
+        self._unrecorded.extend((cluster, jobcomp.SOURCE, done) for done in found)
 
     @property
     def unrecorded_outcomes(self) -> int:
@@ -125,12 +145,10 @@ class StoreRecorder:
         return fresh
 
 
-def _take_cluster(
-    queue: deque[tuple[str, FinishedJob]], cluster: str
-) -> list[FinishedJob]:
+def _take_batch(queue: deque[Queued], cluster: str, source: str) -> list[FinishedJob]:
     batch: list[FinishedJob] = []
-    while queue and queue[0][0] == cluster:
-        batch.append(queue.popleft()[1])
+    while queue and queue[0][:2] == (cluster, source):
+        batch.append(queue.popleft()[2])
     return batch
 
 

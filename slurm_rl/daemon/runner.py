@@ -34,6 +34,7 @@ from slurm_rl.agents.registry import make_scheduler
 from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.daemon.guard import GuardedScheduler
 from slurm_rl.daemon.heartbeat import FileHeartbeat, Heartbeat
+from slurm_rl.daemon.jobcomp import JobcompLog
 from slurm_rl.daemon.recorder import CycleSummary, StoreRecorder
 from slurm_rl.errors import SlurmRLError
 from slurm_rl.loop import DecisionMaker, run_cycle
@@ -197,7 +198,7 @@ class Daemon:
 
     def _open_store(self, config: DaemonConfig) -> Store:
         try:
-            if config.store_url is None or config.heartbeat_path is None:
+            if config.uses_state_dir:
                 config.state_dir.mkdir(parents=True, exist_ok=True)
             return Store(config.store)
         except OSError as exc:
@@ -217,6 +218,8 @@ class Daemon:
         if store is not None:
             self.store = self.recorder.store = store
         self.recorder.mode = config.recorded_mode
+        if previous is None or previous.config.jobcomp_path != config.jobcomp_path:
+            self.recorder.jobcomp = _jobcomp_log(config)
         self.parts = parts
         if self._on_config is not None:
             self._on_config(config)
@@ -292,6 +295,7 @@ class Daemon:
             while not self._stop:
                 if self._reload:
                     self.reload()
+                    continue  # a stop may have come during the reload
                 result = self.run_once()
                 if not self._stop:
                     self._waker.sleep(self.config.interval_s - result.duration_s)
@@ -364,6 +368,12 @@ class Daemon:
 
     def _on_hup(self, signum: int, frame: FrameType | None) -> None:
         self.request_reload()
+
+
+def _jobcomp_log(config: DaemonConfig) -> JobcompLog | None:
+    if config.jobcomp_path is None:
+        return None
+    return JobcompLog(config.jobcomp_path, config.jobcomp_position)
 
 
 def _beat_moves_away(old: DaemonConfig, new: DaemonConfig) -> bool:

@@ -46,6 +46,7 @@ class Site:
     slurm_conf: Path
     conf_dir: Path
     heartbeat: Path
+    jobcomp: Path
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,9 @@ def _native_site(live: LiveCluster) -> Site | None:
     plugin = (conf_dir / CONF_NAME).read_text()
     beat = re.search(r"^heartbeat_path\s*=\s*(\S+)", plugin, re.MULTILINE)
     assert beat, f"{CONF_NAME} names no heartbeat"
-    return Site(Path(match.group(1)), conf_dir, Path(beat.group(1)))
+    jobcomp = re.search(r"^JobCompLoc\s*=\s*(\S+)", shown.stdout, re.MULTILINE)
+    assert jobcomp, "the test cluster writes no jobcomp log"
+    return Site(Path(match.group(1)), conf_dir, Path(beat.group(1)), Path(jobcomp.group(1)))
 
 
 @pytest.fixture
@@ -139,7 +142,9 @@ def test_jobs_start_on_exactly_the_nodes_the_daemon_decided(
         live.sbatch("alice", "--gres=gpu:1", "-t", "10", script=short),
         live.sbatch("bob", "--gres=gpu:a100:8", "-t", "10", script=short),
     ]
-    daemon = _daemon(live, tmp_path, policy="fifo+best-fit")
+    found = _native_site(live)
+    jobcomp = {"jobcomp_path": found.jobcomp} if found else {}
+    daemon = _daemon(live, tmp_path, policy="fifo+best-fit", **jobcomp)
     assert daemon.run_once().ok
     store = daemon.store
     decided = {job_id: _decision(store, job_id) for job_id in jobs}
@@ -159,6 +164,10 @@ def test_jobs_start_on_exactly_the_nodes_the_daemon_decided(
         assert (outcome.state, outcome.exit_code, outcome.source) == ("COMPLETED", 0, "squeue")
         assert set(outcome.nodes.split(",")) == _nodes(decided[job_id])
         assert outcome.start_time == ran[job_id].start_time
+    if found is not None:  # the jobcomp log was read to its end (squeue's outcomes came first)
+        inode, offset = (tmp_path / "jobcomp.position").read_text().split()
+        assert (int(inode), int(offset)) == (found.jobcomp.stat().st_ino,
+                                             found.jobcomp.stat().st_size)
     daemon.close(retire=False)
 
 
