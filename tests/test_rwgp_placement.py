@@ -103,6 +103,32 @@ def test_fee_weight_trades_speed_for_price() -> None:
         assert cluster.nodes[cluster.index(placement.nodes[0])].gpu_type == wanted
 
 
+class PoorScaling:
+    """A spread model in which a second node halves the throughput."""
+
+    def spread_factor(self, family: str, gpus_per_node: tuple[int, ...],
+                      same_host_group: bool = True) -> float:
+        return 0.5 if len(gpus_per_node) > 1 else 1.0
+
+
+def test_the_spread_model_decides_between_spread_and_a_slower_type() -> None:
+    """8 GPUs: two V100 nodes with 4 free each, or one whole T4 node (0.6x). With the default
+    penalty (0.8 for two nodes) the V100 pair is faster; with a model that halves a spread
+    job's throughput, the T4 node is."""
+    cluster = Cluster("two", (Node("v0", "V100", 8, "r", 2.5), Node("v1", "V100", 8, "r", 2.5),
+                              Node("t0", "T4", 8, "t", 0.35)))
+    job = Job("j", 0.0, 8, model_family="bert")
+    free = [4, 4, 8]
+    chosen = []
+    for spread in (None, PoorScaling()):
+        policy = RwgpPlacement(SPEED, spread_model=spread)
+        view = taught(policy, cluster, {})
+        placement = policy.place(job, free, view)
+        assert placement is not None
+        chosen.append(placement.nodes)
+    assert set(chosen[0]) == {"v0", "v1"} and chosen[1] == ("t0",)
+
+
 def test_fixed_shapes_and_type_constraints_are_honoured() -> None:
     cluster = mixed_cluster()
     policy = RwgpPlacement(SPEED)

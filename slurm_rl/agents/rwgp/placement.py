@@ -11,15 +11,15 @@ by the cost the reward charges for running one unit of the job's work on it,
     \text{score}(P) = \frac{1 + λ \cdot \text{price}(P)}{\text{pace}(P)}
                       \cdot \Bigl(1 + η\,\frac{\text{GPUs left free on }P}{\text{GPUs of }P}\Bigr),
     \qquad
-    \text{pace}(P) = \bigl(E[m_P] - κ\,\text{sd}[m_P]\bigr) \cdot (1 - p_s)^{|P| - 1}
-                     \cdot (1 - p_g)^{[P \text{ spans host groups}]}
+    \text{pace}(P) = \bigl(E[m_P] - κ\,\text{sd}[m_P]\bigr) \cdot \text{spread}(P)
 
 where ``m_P = min_{i∈P} v_i f_i`` is the gang's bottleneck: ``f_i`` the RWGP's posterior
 relative speed of machine ``i`` for the job's class and ``v_i`` the nominal speed of its GPU
 type (a datasheet table, or a measured per-family table). ``E`` and ``sd`` of the min of the
 members' Gaussians come from Clark's (1961) moment matching, taking members as independent.
-``κ`` prices risk (the posterior std: fluctuation and what is not yet known), ``p_s``/``p_g``
-penalise spreading, ``price`` is the set's GPU-hour price (fees = runtime × price, so
+``κ`` prices risk (the posterior std: fluctuation and what is not yet known), ``spread(P)`` is
+the throughput of the shape relative to one node (a measured spread model if given, else
+``(1 − p_s)^{|P|−1} (1 − p_g)^{[P spans host groups]}``), ``price`` is the set's GPU-hour price (fees = runtime × price, so
 ``λ · price / pace`` is the fee per unit of work, with ``λ`` as in the reward
 ``−(JCT hours + λ · fees)``), and a small ``η`` prefers the fuller node among near-equals
 (best-fit packing, which keeps large holes for large jobs). The lowest score wins.
@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 import torch
@@ -50,14 +50,25 @@ from slurm_rl.core import Cluster, ClusterSnapshot, Job, Placement
 _MIN_PACE = 1e-3
 
 
+class SpreadModel(Protocol):
+    """Measured throughput of a multi-node shape relative to one node (e.g. the simulator's
+    :class:`~slurm_rl.simulator.perfmodel.PerformanceModel`, built from published data)."""
+
+    def spread_factor(
+        self, family: str, gpus_per_node: tuple[int, ...], same_host_group: bool = True
+    ) -> float: ...
+
+
 @dataclass(frozen=True)
 class PlacementConfig:
     """Weights of the score (module docstring) and how the agent learns."""
 
     fee_weight: float = 0.0  # λ
     risk_aversion: float = 1.0  # κ
-    spread_penalty: float = 0.05  # p_s, per extra node
-    cross_group_penalty: float = 0.10  # p_g
+    # p_s per extra node and p_g across host groups, when no spread model is given: the
+    # measured penalties (docs/performance-model.md §4) weighted by Philly's GPU time per family
+    spread_penalty: float = 0.2
+    cross_group_penalty: float = 0.25
     packing_weight: float = 0.02  # η
     limits: Limits = field(default_factory=Limits)
     # "auto": learn from finished jobs' runtimes only while no measured speeds arrive (live)
@@ -119,6 +130,7 @@ class RwgpPlacement:
         config: PlacementConfig | None = None,
         model_config: RwgpConfig | None = None,
         family_speed: Mapping[str, Mapping[str, float]] | None = None,
+        spread_model: SpreadModel | None = None,
     ) -> None:
         self.config = config or PlacementConfig()
         self._model_config = model_config
@@ -127,6 +139,8 @@ class RwgpPlacement:
             f: {k.lower(): v for k, v in row.items()} for f, row in (family_speed or {}).items()
         }
         self.model: RwgpModel | None = None
+        self._spread_model = spread_model
+        self._shapes: dict[tuple[str, tuple[int, ...], bool], float] = {}
         self._table: NodeTable | None = None
         self._price: FloatArray = np.zeros(0)
         self._prices: list[float] = []
@@ -203,7 +217,8 @@ class RwgpPlacement:
         cost = self._node_cost(job, free, view)
         sets = candidate_sets(job, self._table, free, cost, self.config.limits)
         free_list = free.tolist()
-        return [(node_set, self._score(node_set, free_list, view)) for node_set in sets]
+        family = job.model_family
+        return [(node_set, self._score(node_set, free_list, view, family)) for node_set in sets]
 
     @staticmethod
     def _placement(node_set: NodeSet, cluster: Cluster) -> Placement:
@@ -247,7 +262,24 @@ class RwgpPlacement:
             cost = np.where(allowed[self._table.type_id], cost, np.inf)
         return cost
 
-    def _score(self, node_set: NodeSet, free: list[int], view: _NodeView) -> _Score:
+    def _shape(self, family: str, gpus: tuple[int, ...], cross: bool) -> float:
+        """Throughput of this shape relative to one node: the spread model's, else
+        ``(1 − p_s)^{nodes−1} (1 − p_g)^{[cross]}``."""
+        if len(gpus) == 1:
+            return 1.0
+        if self._spread_model is not None:
+            key = (family, gpus, cross)
+            known = self._shapes.get(key)
+            if known is None:
+                known = self._spread_model.spread_factor(family, gpus, same_host_group=not cross)
+                self._shapes[key] = known
+            return known
+        shape = (1.0 - self.config.spread_penalty) ** (len(gpus) - 1)
+        return shape * (1.0 - self.config.cross_group_penalty) if cross else shape
+
+    def _score(
+        self, node_set: NodeSet, free: list[int], view: _NodeView, family: str
+    ) -> _Score:
         """The module docstring's score, in plain floats (this runs for every candidate of
         every pending job)."""
         assert self._table is not None
@@ -259,8 +291,7 @@ class RwgpPlacement:
         bottleneck = gaussian_min([v * m for v, m in zip(speed, mean, strict=True)],
                                   [v * s for v, s in zip(speed, std, strict=True)])
         cross = len({self._groups[i] for i in nodes}) > 1
-        shape = (1.0 - config.spread_penalty) ** (len(nodes) - 1)
-        shape *= (1.0 - config.cross_group_penalty) if cross else 1.0
+        shape = self._shape(family, node_set.gpus, cross)
         risky = bottleneck[0] - config.risk_aversion * bottleneck[1]
         pace = max(risky, _MIN_PACE * max(speed)) * shape
         price = sum(g * self._prices[i] for i, g in zip(nodes, node_set.gpus, strict=True))

@@ -1,0 +1,95 @@
+"""RWGP placement against the heuristic placements, FIFO ordering, on one simulated scenario.
+
+The same scenario as ``slurm-rl simulate`` (philly-hetero, fluctuation and stragglers on by
+default), replayed with ``fifo+first-fit``, ``fifo+best-fit``, ``fifo+fastest-gpu``,
+``fifo+cheapest-gpu`` and RWGP variants, in parallel processes; prints ``simulate``'s table
+and a compact one. Until ``rwgp`` is registered in ``slurm_rl.agents.registry`` this script
+builds its schedulers itself.
+
+Variants (see :func:`rwgp`): ``rwgp`` (datasheet GPU speeds, like fastest-GPU; λ = 0),
+``rwgp-measured`` (measured per-family speeds and spread penalties), and suffixes such as
+``-fee0.2`` (λ per $, as in the reward −(JCT h + λ·fees)), ``-pack0.1``, ``-risk0.5``.
+Usage: python benchmarks/rwgp_simulate.py --window 2017-10-01:2017-10-15 [--mode slurm]
+"""
+
+from __future__ import annotations
+
+import argparse
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
+from rich.console import Console
+
+from slurm_rl.agents.ordering_baselines import Fifo
+from slurm_rl.agents.registry import make_scheduler
+from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
+from slurm_rl.report import print_table
+from slurm_rl.scenario import ReplayResult, Scenario, replay
+from slurm_rl.scheduler import Scheduler
+from slurm_rl.simulate_command import build_scenario, gpu_speed_table
+from slurm_rl.simulator.perfmodel import PerformanceModel
+
+BASELINES = ("fifo+first-fit", "fifo+best-fit", "fifo+fastest-gpu", "fifo+cheapest-gpu")
+VARIANTS = ("fifo+rwgp", "fifo+rwgp-measured")
+
+
+def rwgp(variant: str) -> RwgpPlacement:
+    """``rwgp``: datasheet GPU speeds (as fastest-GPU has) and constant spread penalties;
+    ``measured``: the measured per-family speed and spread tables (published data the
+    simulator is built from too); ``fee<λ>``: λ in the score; ``pack<η>``: η."""
+    speeds = gpu_speed_table()
+    options: dict[str, float] = {}
+    family, spread = None, None
+    for part in variant.split("-")[1:]:
+        if part == "measured":
+            family, spread = PerformanceModel.default().speed_table(), PerformanceModel.default()
+        elif part.startswith("fee"):
+            options["fee_weight"] = float(part[3:])
+        elif part.startswith("pack"):
+            options["packing_weight"] = float(part[4:])
+        elif part.startswith("risk"):
+            options["risk_aversion"] = float(part[4:])
+    return RwgpPlacement(speeds, PlacementConfig(**options), family_speed=family,  # type: ignore[arg-type]
+                         spread_model=spread)
+
+
+def scheduler(name: str) -> Scheduler:
+    ordering, _, placement = name.partition("+")
+    if placement.startswith("rwgp"):
+        assert ordering == "fifo"
+        return Scheduler(Fifo(), rwgp(placement))
+    return make_scheduler(name, gpu_speed_table())
+
+
+def run(scenario: Scenario, name: str) -> ReplayResult:
+    return replay(scenario, scheduler(name), policy_id=name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--cluster", default="philly-hetero")
+    parser.add_argument("--trace", default="philly")
+    parser.add_argument("--window", default="2017-10-01:2017-10-15")
+    parser.add_argument("--mode", choices=["direct", "slurm"], default="slurm")
+    parser.add_argument("--cycle", type=float, default=10.0)
+    parser.add_argument("--policies", default=",".join(BASELINES + VARIANTS))
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    scenario = build_scenario({
+        "cluster": args.cluster, "trace_name": args.trace, "window_spec": args.window,
+        "days": 7.0, "seed": args.seed, "trace_format": None, "skip_bad_rows": False,
+        "warmup_days": None, "mode": args.mode, "cycle_s": args.cycle, "no_fluctuation": False,
+    })
+    names = [n.strip() for n in args.policies.split(",") if n.strip()]
+    with ProcessPoolExecutor(args.workers, get_context("fork")) as pool:
+        results = list(pool.map(run, [scenario] * len(names), names))
+    print_table(results, scenario, Console(width=200))
+    print(f"{'policy':<20} {'avg JCT h':>10} {'fees $':>12} {'wall s':>8} {'unfinished':>10}")
+    for r in results:
+        print(f"{r.policy_id:<20} {r.metrics.avg_jct_s / 3600:>10.2f} "
+              f"{r.metrics.total_fees:>12,.0f} {r.wall_s:>8.0f} {r.unfinished_jobs:>10}")
+
+
+if __name__ == "__main__":
+    main()
