@@ -37,7 +37,8 @@ def brute_force_diffusion(cluster: Cluster, w_type: float, w_group: float) -> to
     laplacian = torch.diag(weight.sum(1)) - weight
     heat = torch.linalg.matrix_exp(-laplacian)
     scale = heat.diagonal().rsqrt()
-    return heat * scale[:, None] * scale[None, :]
+    normalised: torch.Tensor = heat * scale[:, None] * scale[None, :]
+    return normalised
 
 
 @pytest.mark.parametrize(("w_type", "w_group"), [(0.5, 0.5), (3.0, 0.2), (0.01, 8.0)])
@@ -128,11 +129,10 @@ def test_gang_readings_blame_the_known_slow_member_and_wait_when_unsure() -> Non
 
 
 def test_gaussian_min_matches_sampling() -> None:
-    mean = torch.tensor([0.95, 0.9, 1.0], dtype=torch.float64).numpy()
-    std = torch.tensor([0.05, 0.02, 0.1], dtype=torch.float64).numpy()
+    mean, std = [0.95, 0.9, 1.0], [0.05, 0.02, 0.1]
     m, s = gaussian_min(mean, std)
     draws = torch.randn(200_000, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    samples = (torch.from_numpy(mean) + torch.from_numpy(std) * draws).min(1).values
+    samples = (torch.tensor(mean) + torch.tensor(std) * draws).min(1).values
     assert m == pytest.approx(float(samples.mean()), abs=2e-3)
     assert s == pytest.approx(float(samples.std()), rel=0.05)
     assert gaussian_min(mean[:1], std[:1]) == (0.95, 0.05)
