@@ -168,7 +168,8 @@ def main() -> None:
         waiting = model.waiting
         model.flush()
         totals = [u + p for u, p in zip(updates, places, strict=True)]
-        print(f"{kind:>16}: {len(nodes):5d} readings | cycle median {statistics.median(totals):.3f} s"
+        print(f"{kind:>16}: {len(nodes):5d} readings | cycle median "
+              f"{statistics.median(totals):.3f} s"
               f" (max {max(totals):.3f}) = update {statistics.median(updates):.3f} s"
               f" + placement {statistics.median(places):.3f} s; CPU time median"
               f" {statistics.median(cpus):.3f} s; {waiting} readings left for"

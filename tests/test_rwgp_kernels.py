@@ -85,7 +85,8 @@ def test_online_update_is_the_exact_gp_posterior() -> None:
         belief.advance(time_h)
         belief.condition(Batch(machines[:, None], torch.ones(5, 1, dtype=torch.float64), slots,
                                speeds, torch.full((5,), 4e-4, dtype=torch.float64)))
-        rows += [(int(m), int(c), time_h, float(y)) for m, c, y in zip(machines, slots, speeds)]
+        rows += [(int(m), int(c), time_h, float(y))
+                 for m, c, y in zip(machines, slots, speeds, strict=True)]
     belief.advance(6.0)
     data = torch.tensor(rows, dtype=torch.float64)
     x, y = data[:, :3], data[:, 3]

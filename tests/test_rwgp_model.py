@@ -60,7 +60,8 @@ def test_learns_the_simulators_machine_speeds(seed: int) -> None:
     injected stragglers are exactly the slowest predicted."""
     torch.set_num_threads(1)
     cluster = rack_cluster()
-    truth = MachineFluctuation(len(cluster.nodes), FluctuationConfig(straggler_share=0.04, seed=seed))
+    config = FluctuationConfig(straggler_share=0.04, seed=seed)
+    truth = MachineFluctuation(len(cluster.nodes), config)
     rng = np.random.default_rng(seed)
     model = RwgpModel(cluster)
     for hour in range(1, 25):

@@ -9,7 +9,14 @@ import pytest
 from slurm_rl.agents.ordering_baselines import Fifo
 from slurm_rl.agents.placement_baselines import FirstFit
 from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
-from slurm_rl.core import Cluster, ClusterSnapshot, Job, Node, SpeedObservation, placement_fits_shape
+from slurm_rl.core import (
+    Cluster,
+    ClusterSnapshot,
+    Job,
+    Node,
+    SpeedObservation,
+    placement_fits_shape,
+)
 from slurm_rl.loop import run_loop
 from slurm_rl.scheduler import Scheduler
 from slurm_rl.simulator.engine import SimConfig, Simulation
@@ -67,7 +74,8 @@ def test_candidates_consolidated_first_then_spread_with_features() -> None:
     assert kinds[0] and not kinds[-1] and kinds == sorted(kinds, reverse=True)
     for c in found:
         assert c.placement.num_gpus == 6 and c.std > 0 and c.price > 0 and c.pace > 0
-        assert all(free[cluster.index(n)] >= g for n, g in zip(c.placement.nodes, c.placement.gpus))
+        shares = zip(c.placement.nodes, c.placement.gpus, strict=True)
+        assert all(free[cluster.index(n)] >= g for n, g in shares)
     on_slow = [c for c in found if "v100-2" in c.placement.nodes]
     assert on_slow and all(c.mean < 0.6 for c in on_slow)
     best = min(found, key=lambda c: c.score)

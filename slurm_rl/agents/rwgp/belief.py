@@ -193,7 +193,8 @@ class SpeedBelief:
         s = torch.sparse.mm(rows, hs.T)  # H Σ Hᵀ
         s = s + torch.diag(batch.noise + _JITTER)
         chol = torch.linalg.cholesky(s)
-        innovation = batch.speeds - self.prior.mean - torch.sparse.mm(rows, self._mean[:, None])[:, 0]
+        predicted = torch.sparse.mm(rows, self._mean[:, None])[:, 0]
+        innovation = batch.speeds - self.prior.mean - predicted
         v = torch.linalg.solve_triangular(chol, hs, upper=False)  # L⁻¹ H Σ
         z = torch.linalg.solve_triangular(chol, innovation[:, None], upper=False)[:, 0]
         self._mean += v.T @ z
@@ -265,30 +266,42 @@ def gang_readings(
     ``r̂_i = v_i p_i / (v_i − p_i)``, ``ŷ_i = μ_i + (m_i − μ_i) v_i / (v_i − p_i)``, none when
     ``p_i ≥ v_i`` (the posterior is wider than the belief: "one of them is slow", bimodal), and
     never more precise than the reading itself."""
-    y = speeds[:, None]
-    r = noise[:, None]
-    std = var.sqrt()
-    above = torch.special.log_ndtr((mean - y) / std)  # log P(f_l > y)
-    above = torch.where(valid, above, torch.zeros_like(above))
-    log_pi = -0.5 * ((y - mean).square() / (var + r) + torch.log(var + r)) + above.sum(-1, True)
-    log_pi = torch.where(valid, log_pi - above, torch.full_like(log_pi, -torch.inf))
-    pi = torch.softmax(log_pi, dim=-1)
-    # slowest: conjugate update on y
-    gain = var / (var + r)
+    y, r = speeds[:, None], noise[:, None]
+    pi = _slowest(mean, var, valid, y, r)
+    gain = var / (var + r)  # the slowest: conjugate update on y
     m_min, v_min = mean + gain * (y - mean), var * r / (var + r)
-    # not slowest: truncated to f > y (inverse Mills ratio)
-    alpha = (y - mean) / std
-    mills = torch.exp(-0.5 * alpha.square() - 0.5 * math.log(2 * math.pi)
-                      - torch.special.log_ndtr(-alpha))
-    m_up = mean + std * mills
-    v_up = (var * (1.0 + alpha * mills - mills.square())).clamp(min=_JITTER)
+    m_up, v_up = _above(mean, var, y)  # the others: only known to be above y
     post_mean = pi * m_min + (1 - pi) * m_up
     post_var = pi * (v_min + m_min.square()) + (1 - pi) * (v_up + m_up.square())
     post_var = (post_var - post_mean.square()).clamp(min=_JITTER)
+    return _as_readings(mean, var, valid, r, post_mean, post_var)
+
+
+def _slowest(mean: Tensor, var: Tensor, valid: Tensor, y: Tensor, r: Tensor) -> Tensor:
+    """``π_j``: the probability that member ``j`` is the one whose pace was read."""
+    above = torch.special.log_ndtr((mean - y) / var.sqrt())  # log P(f_l > y)
+    above = torch.where(valid, above, torch.zeros_like(above))
+    log_pi = -0.5 * ((y - mean).square() / (var + r) + torch.log(var + r)) + above.sum(-1, True)
+    log_pi = torch.where(valid, log_pi - above, torch.full_like(log_pi, -torch.inf))
+    return torch.softmax(log_pi, dim=-1)
+
+
+def _above(mean: Tensor, var: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean and variance of ``N(mean, var)`` truncated to ``f > y`` (inverse Mills ratio)."""
+    std = var.sqrt()
+    alpha = (y - mean) / std
+    log_pdf = -0.5 * alpha.square() - 0.5 * math.log(2 * math.pi)
+    mills = torch.exp(log_pdf - torch.special.log_ndtr(-alpha))
+    return mean + std * mills, (var * (1.0 + alpha * mills - mills.square())).clamp(min=_JITTER)
+
+
+def _as_readings(mean: Tensor, var: Tensor, valid: Tensor, r: Tensor, post_mean: Tensor,
+                 post_var: Tensor) -> GangReadings:
+    """The one-machine pseudo-readings that move ``N(mean, var)`` to the matched posterior."""
     informative = valid & (post_var < var * (1.0 - 1e-3))
     scale = var / (var - post_var).clamp(min=_JITTER)
-    pseudo_noise = torch.where(informative, (post_var * scale).clamp(min=r),
-                               torch.full_like(var, float("inf")))
-    pseudo_speed = torch.where(informative, mean + (post_mean - mean) * scale, mean)
+    noise = torch.where(informative, (post_var * scale).clamp(min=r),
+                        torch.full_like(var, float("inf")))
+    speed = torch.where(informative, mean + (post_mean - mean) * scale, mean)
     settled = (~valid | (post_var <= 1.05 * var)).all(dim=-1)
-    return GangReadings(pseudo_speed, pseudo_noise, settled)
+    return GangReadings(speed, noise, settled)

@@ -142,6 +142,10 @@ def _ids(keys: Iterable[K]) -> dict[K, int]:
     return ids
 
 
+def _scalar_parameter() -> torch.nn.Parameter:
+    return torch.nn.Parameter(torch.zeros((), dtype=_DTYPE))
+
+
 def _counts(values: list[int], size: int) -> Tensor:
     if not values:
         return torch.zeros(size, dtype=_DTYPE)
@@ -202,8 +206,8 @@ class GraphDiffusionKernel(gpytorch.kernels.Kernel):  # type: ignore[misc]
         self._type_mask = graph.type_mask()
         self._group_mask = graph.group_mask()
         bounds = Interval(1e-3, 30.0)
-        self.register_parameter("raw_type_weight", torch.nn.Parameter(torch.zeros((), dtype=_DTYPE)))
-        self.register_parameter("raw_group_weight", torch.nn.Parameter(torch.zeros((), dtype=_DTYPE)))
+        self.register_parameter("raw_type_weight", _scalar_parameter())
+        self.register_parameter("raw_group_weight", _scalar_parameter())
         self.register_constraint("raw_type_weight", bounds)
         self.register_constraint("raw_group_weight", Interval(1e-3, 30.0))
         self.initialize(
@@ -267,9 +271,10 @@ class JobClassKernel(gpytorch.kernels.Kernel):  # type: ignore[misc]
     def __init__(self, correlation: float = 0.9) -> None:
         super().__init__(active_dims=torch.tensor([JOB_CLASS]))
         bounds = Interval(0.0, 1.0)
-        self.register_parameter("raw_correlation", torch.nn.Parameter(torch.zeros((), dtype=_DTYPE)))
+        self.register_parameter("raw_correlation", _scalar_parameter())
         self.register_constraint("raw_correlation", bounds)
-        self.initialize(raw_correlation=bounds.inverse_transform(torch.tensor(correlation, dtype=_DTYPE)))
+        raw = bounds.inverse_transform(torch.tensor(correlation, dtype=_DTYPE))
+        self.initialize(raw_correlation=raw)
 
     @property
     def correlation(self) -> Tensor:
@@ -321,7 +326,7 @@ class RwgpPrior(gpytorch.Module):  # type: ignore[misc]
         )
         self.covariance = self.static + self.drift
         self.mean = gpytorch.means.ConstantMean()
-        self.register_parameter("raw_noise", torch.nn.Parameter(torch.zeros((), dtype=_DTYPE)))
+        self.register_parameter("raw_noise", _scalar_parameter())
         self.register_constraint("raw_noise", Interval(1e-6, 0.25))
         self.double()
         self._initialize(init)

@@ -334,7 +334,8 @@ class RwgpModel:
             loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
         self.fits += 1
-        self._rebuild(pseudo, float(self.prior.noise_variance.detach()) / self.belief.prior.noise_var)
+        noise_scale = float(self.prior.noise_variance.detach()) / self.belief.prior.noise_var
+        self._rebuild(pseudo, noise_scale)
         return float(loss.detach())
 
     def _window_pseudo(self) -> list[Pseudo]:
@@ -411,7 +412,9 @@ class RwgpModel:
         torch.save(state, path)
 
     @classmethod
-    def load(cls, path: str | Path, cluster: Cluster, config: RwgpConfig | None = None) -> RwgpModel:
+    def load(
+        cls, path: str | Path, cluster: Cluster, config: RwgpConfig | None = None
+    ) -> RwgpModel:
         state = torch.load(path, weights_only=True)
         model = cls(cluster, config)
         if int(state["num_machines"]) != model.graph.num_machines:

@@ -19,10 +19,10 @@ type (a datasheet table, or a measured per-family table). ``E`` and ``sd`` of th
 members' Gaussians come from Clark's (1961) moment matching, taking members as independent.
 ``κ`` prices risk (the posterior std: fluctuation and what is not yet known), ``spread(P)`` is
 the throughput of the shape relative to one node (a measured spread model if given, else
-``(1 − p_s)^{|P|−1} (1 − p_g)^{[P spans host groups]}``), ``price`` is the set's GPU-hour price (fees = runtime × price, so
-``λ · price / pace`` is the fee per unit of work, with ``λ`` as in the reward
-``−(JCT hours + λ · fees)``), and a small ``η`` prefers the fuller node among near-equals
-(best-fit packing, which keeps large holes for large jobs). The lowest score wins.
+``(1 − p_s)^{|P|−1} (1 − p_g)^{[P spans host groups]}``), ``price`` is the set's GPU-hour
+price (fees = runtime × price, so ``λ · price / pace`` is the fee per unit of work, with ``λ``
+as in the reward ``−(JCT hours + λ · fees)``), and a small ``η`` prefers the fuller node among
+near-equals (best-fit packing, which keeps large holes for large jobs). The lowest score wins.
 
 The policy only ever returns a node set, so it works unchanged in the simulator's ``direct``
 mode (the set starts at once) and ``slurm`` mode, and live, where the actuator turns it into
@@ -119,6 +119,23 @@ class _NodeView:
         return _NodeLists(self.mean.tolist(), self.std.tolist(), self.speed.tolist())
 
 
+@dataclass(frozen=True)
+class _Nodes:
+    """A cluster's static per-node facts, as arrays and as lists (scoring reads scalars)."""
+
+    table: NodeTable
+    price: FloatArray
+    prices: list[float]
+    groups: list[int]
+    capacity: list[int]
+
+    @classmethod
+    def from_cluster(cls, cluster: Cluster) -> _Nodes:
+        table = NodeTable.from_cluster(cluster)
+        price = np.array([n.price_per_gpu_hour for n in cluster.nodes], dtype=float)
+        return cls(table, price, price.tolist(), table.group_id.tolist(), table.capacity.tolist())
+
+
 class RwgpPlacement:
     """Placement by RWGP-predicted bottleneck speed, spread, risk and price."""
 
@@ -141,11 +158,7 @@ class RwgpPlacement:
         self.model: RwgpModel | None = None
         self._spread_model = spread_model
         self._shapes: dict[tuple[str, tuple[int, ...], bool], float] = {}
-        self._table: NodeTable | None = None
-        self._price: FloatArray = np.zeros(0)
-        self._prices: list[float] = []
-        self._groups: list[int] = []
-        self._capacity: list[int] = []
+        self._nodes: _Nodes | None = None
         self._speeds: dict[str, FloatArray] = {}
         self._views: dict[str, tuple[Prediction, _NodeView]] = {}
         self._runtimes = RuntimeReference()
@@ -176,11 +189,7 @@ class RwgpPlacement:
             if path
             else RwgpModel(cluster, self._model_config)
         )
-        self._table = NodeTable.from_cluster(cluster)
-        self._price = np.array([n.price_per_gpu_hour for n in cluster.nodes], dtype=float)
-        self._prices = self._price.tolist()
-        self._groups = self._table.group_id.tolist()
-        self._capacity = self._table.capacity.tolist()
+        self._nodes = _Nodes.from_cluster(cluster)
         self._speeds.clear()
         self._views.clear()
         return self.model
@@ -211,11 +220,11 @@ class RwgpPlacement:
         self, job: Job, free_gpus: Sequence[int], snapshot: ClusterSnapshot
     ) -> list[tuple[NodeSet, _Score]]:
         model = self._model_for(snapshot.cluster)
-        assert self._table is not None
+        assert self._nodes is not None
         free = np.asarray(free_gpus, dtype=np.int64)
         view = self._view(model, job.model_family)
         cost = self._node_cost(job, free, view)
-        sets = candidate_sets(job, self._table, free, cost, self.config.limits)
+        sets = candidate_sets(job, self._nodes.table, free, cost, self.config.limits)
         free_list = free.tolist()
         family = job.model_family
         return [(node_set, self._score(node_set, free_list, view, family)) for node_set in sets]
@@ -241,25 +250,25 @@ class RwgpPlacement:
         known = self._speeds.get(family)
         if known is not None:
             return known
-        assert self._table is not None
+        assert self._nodes is not None
         row = self._family_speed.get(family) or self._gpu_speed
-        by_type = [row.get(name, 1.0) for name in self._table.type_names]
-        speed = np.array(by_type, dtype=float)[self._table.type_id]
+        by_type = [row.get(name, 1.0) for name in self._nodes.table.type_names]
+        speed = np.array(by_type, dtype=float)[self._nodes.table.type_id]
         self._speeds[family] = speed
         return speed
 
     def _node_cost(self, job: Job, free: NDArray[np.int64], view: _NodeView) -> FloatArray:
         """The score of running the whole job on each node alone (``inf`` where it may not
         run): the order in which candidate sets take nodes."""
-        assert self._table is not None
+        assert self._nodes is not None
         lam, eta = self.config.fee_weight, self.config.packing_weight
         g = job.num_gpus
-        left = np.maximum(free - g, 0) / self._table.capacity
-        cost = (1.0 + lam * g * self._price) / view.pace * (1.0 + eta * left)
+        left = np.maximum(free - g, 0) / self._nodes.table.capacity
+        cost = (1.0 + lam * g * self._nodes.price) / view.pace * (1.0 + eta * left)
         if job.gpu_type:
             wanted = job.gpu_type.lower()
-            allowed = np.array([name == wanted for name in self._table.type_names])
-            cost = np.where(allowed[self._table.type_id], cost, np.inf)
+            allowed = np.array([name == wanted for name in self._nodes.table.type_names])
+            cost = np.where(allowed[self._nodes.table.type_id], cost, np.inf)
         return cost
 
     def _shape(self, family: str, gpus: tuple[int, ...], cross: bool) -> float:
@@ -282,23 +291,30 @@ class RwgpPlacement:
     ) -> _Score:
         """The module docstring's score, in plain floats (this runs for every candidate of
         every pending job)."""
-        assert self._table is not None
-        nodes, config, lists = node_set.nodes, self.config, view.lists
-        mean = [lists.mean[i] for i in nodes]
-        std = [lists.std[i] for i in nodes]
-        speed = [lists.speed[i] for i in nodes]
-        health = gaussian_min(mean, std)
-        bottleneck = gaussian_min([v * m for v, m in zip(speed, mean, strict=True)],
-                                  [v * s for v, s in zip(speed, std, strict=True)])
-        cross = len({self._groups[i] for i in nodes}) > 1
-        shape = self._shape(family, node_set.gpus, cross)
-        risky = bottleneck[0] - config.risk_aversion * bottleneck[1]
-        pace = max(risky, _MIN_PACE * max(speed)) * shape
-        price = sum(g * self._prices[i] for i, g in zip(nodes, node_set.gpus, strict=True))
-        left = sum(free[i] for i in nodes) - sum(node_set.gpus)
-        fill = 1.0 + config.packing_weight * left / sum(self._capacity[i] for i in nodes)
+        assert self._nodes is not None
+        nodes, gpus, config = node_set.nodes, node_set.gpus, self.config
+        health, pace = _bottleneck(nodes, view.lists, config.risk_aversion)
+        cross = len({self._nodes.groups[i] for i in nodes}) > 1
+        pace *= self._shape(family, gpus, cross)
+        price = sum(g * self._nodes.prices[i] for i, g in zip(nodes, gpus, strict=True))
+        left = sum(free[i] for i in nodes) - sum(gpus)
+        fill = 1.0 + config.packing_weight * left / sum(self._nodes.capacity[i] for i in nodes)
         score = (1.0 + config.fee_weight * price) / pace * fill
         return _Score(score, health[0], health[1], pace, price, cross)
+
+
+def _bottleneck(
+    nodes: tuple[int, ...], lists: _NodeLists, risk_aversion: float
+) -> tuple[tuple[float, float], float]:
+    """The gang's health ``min_i f_i`` (mean, sd) and its risk-adjusted pace
+    ``E[min_i v_i f_i] − κ sd[…]`` (floored), by :func:`gaussian_min`."""
+    mean = [lists.mean[i] for i in nodes]
+    std = [lists.std[i] for i in nodes]
+    speed = [lists.speed[i] for i in nodes]
+    paced = gaussian_min([v * m for v, m in zip(speed, mean, strict=True)],
+                         [v * s for v, s in zip(speed, std, strict=True)])
+    pace = max(paced[0] - risk_aversion * paced[1], _MIN_PACE * max(speed))
+    return gaussian_min(mean, std), pace
 
 
 @dataclass(frozen=True, slots=True)
