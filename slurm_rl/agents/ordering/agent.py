@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import pickle
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,7 +176,8 @@ def load_bundle(directory: Path | str) -> Bundle:
         network = DualNetwork(NetworkConfig(**meta["network"]))
         state = torch.load(path / WEIGHTS_FILE, weights_only=True, map_location="cpu")
         network.load_state_dict(state)
-    except (OSError, RuntimeError, TypeError, KeyError, ValueError) as error:
+    except (OSError, RuntimeError, TypeError, KeyError, ValueError, EOFError,
+            pickle.UnpicklingError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise BundleError(f"policy bundle {path}: cannot load its weights: {first}") from None
     network.eval()
@@ -250,7 +252,7 @@ def build_scheduler(
         return Scheduler(ordering, learned_placement(bundle, gpu_speed, builder),
                          max_ranked=max_ranked)
     network = bundle.network
-    if variant == "no-communication":
+    if variant == "no-communication" or not bundle.meta.get("communicate", True):
         network = copy.deepcopy(network)
         network.ordering.communicate = False
     if variant == "ordering-only":

@@ -14,9 +14,11 @@ Our design (the paper's abstract names squeeze-and-communicate; its internals ar
         && \text{communicate: gated message}\\
     s_j &= \mathrm{head}([φ_j + g_j ⊙ μ_j,\ c]) && \text{score}
 
-Permutation-equivariant in the jobs, any :math:`n` (padded batches carry a ``present`` mask that
-pooling respects), no attention over the queue. With ``communicate=False`` the message term is
-dropped (:math:`s_j = \mathrm{head}([φ_j, c])`): the "no communication" ablation.
+Permutation-equivariant in the jobs, any :math:`n`, no attention over the queue. Batches of
+queues are ragged (``ragged``: all jobs in one matrix, pooled per queue by segment) or padded
+(``forward``: a ``present`` mask, flattened to the ragged form). With ``communicate=False``
+the message term is dropped (:math:`s_j = \mathrm{head}([φ_j, c])`): the "no communication"
+ablation.
 
 **Placement head.** For a job with candidates :math:`k = 1..C` (one node set per GPU type,
 :mod:`.candidates`) with features :math:`y_k`, a two-tower form:
@@ -56,17 +58,28 @@ def mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(inputs, hidden), nn.SiLU(), nn.Linear(hidden, outputs))
 
 
-def masked_mean(values: Tensor, present: Tensor) -> Tensor:
-    """Mean over dim -2 of the rows where ``present`` ([..., n]) is true; 0 when none is."""
-    weight = present.to(values.dtype).unsqueeze(-1)
-    return (values * weight).sum(-2) / weight.sum(-2).clamp(min=1.0)
+def segment_pool(values: Tensor, segment: Tensor, count: int) -> tuple[Tensor, Tensor]:
+    """Mean and max of ``values`` [N, h] per segment (``segment`` [N] in ``0..count-1``);
+    0 for an empty segment. Ragged queues pool this way, with no padding."""
+    width = values.shape[-1]
+    sums = values.new_zeros(count, width).index_add(0, segment, values)
+    sizes = torch.bincount(segment, minlength=count).clamp(min=1).to(values.dtype)
+    index = segment.unsqueeze(-1).expand_as(values)
+    start = values.new_full((count, width), float("-inf"))
+    top = start.scatter_reduce(0, index, values, reduce="amax", include_self=True)
+    return sums / sizes.unsqueeze(-1), torch.where(torch.isfinite(top), top, torch.zeros_like(top))
 
 
-def masked_max(values: Tensor, present: Tensor) -> Tensor:
-    """Max over dim -2 of the rows where ``present`` is true; 0 when none is."""
-    filled = values.masked_fill(~present.unsqueeze(-1), float("-inf"))
-    pooled = filled.max(dim=-2).values
-    return torch.where(torch.isfinite(pooled), pooled, torch.zeros_like(pooled))
+def flatten(present: Tensor) -> tuple[Tensor, Tensor]:
+    """Rows and segments of the present entries of a padded ``present`` [B, n]."""
+    batch, slot = present.nonzero(as_tuple=True)
+    return batch, slot
+
+
+def unflatten(values: Tensor, present: Tensor, batch: Tensor, slot: Tensor) -> Tensor:
+    out = values.new_zeros(present.shape)
+    out[batch, slot] = values
+    return out
 
 
 class OrderingNetwork(nn.Module):
@@ -85,10 +98,17 @@ class OrderingNetwork(nn.Module):
 
     def forward(self, jobs: Tensor, messages: Tensor, cluster: Tensor, present: Tensor) -> Tensor:
         """``jobs`` [B, n, Fj], ``messages`` [B, n, Fm], ``cluster`` [B, Fu], ``present``
-        [B, n] (bool) -> scores [B, n]. Scores of absent rows are meaningless."""
+        [B, n] (bool) -> scores [B, n] (0 on absent rows)."""
+        batch, slot = flatten(present)
+        flat = self.ragged(jobs[batch, slot], messages[batch, slot], cluster, batch)
+        return unflatten(flat, present, batch, slot)
+
+    def ragged(self, jobs: Tensor, messages: Tensor, cluster: Tensor, segment: Tensor) -> Tensor:
+        """The same on a ragged batch: ``jobs`` [N, Fj] of ``len(cluster)`` queues, job ``i``
+        in queue ``segment[i]`` -> scores [N]."""
         phi = self.encoder(jobs)
-        pooled = [masked_mean(phi, present), masked_max(phi, present), self.cluster(cluster)]
-        context = self.squeeze(torch.cat(pooled, dim=-1)).unsqueeze(-2).expand_as(phi)
+        mean, top = segment_pool(phi, segment, len(cluster))
+        context = self.squeeze(torch.cat([mean, top, self.cluster(cluster)], dim=-1))[segment]
         if self.communicate:
             mu = self.message(messages)
             gate = torch.sigmoid(self.gate(torch.cat([phi, mu, context], dim=-1)))
@@ -146,9 +166,15 @@ class Critic(nn.Module):
 
     def forward(self, jobs: Tensor, messages: Tensor, cluster: Tensor, present: Tensor) -> Tensor:
         """Shapes as :meth:`OrderingNetwork.forward` -> values [B]."""
+        batch, slot = flatten(present)
+        return self.ragged(jobs[batch, slot], messages[batch, slot], cluster, batch)
+
+    def ragged(self, jobs: Tensor, messages: Tensor, cluster: Tensor, segment: Tensor) -> Tensor:
+        """Shapes as :meth:`OrderingNetwork.ragged` -> values [len(cluster)]."""
         e = self.encoder(torch.cat([jobs, messages], dim=-1))
-        pooled = [masked_mean(e, present), masked_max(e, present), self.cluster(cluster)]
-        return self.value(torch.cat(pooled, dim=-1)).squeeze(-1)  # type: ignore[no-any-return]
+        mean, top = segment_pool(e, segment, len(cluster))
+        pooled = torch.cat([mean, top, self.cluster(cluster)], dim=-1)
+        return self.value(pooled).squeeze(-1)  # type: ignore[no-any-return]
 
 
 class DualNetwork(nn.Module):

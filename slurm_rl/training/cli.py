@@ -1,0 +1,120 @@
+"""``slurm-rl train`` and ``slurm-rl evaluate`` (register with ``main.add_command``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from slurm_rl.agents.ordering.agent import CHOOSERS, default_bundle_path, load_bundle
+from slurm_rl.errors import InputError
+from slurm_rl.training.evaluate import PLACEMENTS
+
+console = Console()
+
+_DEFAULT_WINDOWS = {"philly": "2017-12"}
+
+
+@click.command("train")
+@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("policies/default"), show_default=True,
+              help="Bundle directory to write.")
+@click.option("--seed", default=1, show_default=True, type=int)
+@click.option("--fee-weight", "fee_weight", default=0.1, show_default=True,
+              type=click.FloatRange(min=0.0), help="λ in the reward −(JCT hours + λ · fees).")
+@click.option("--iterations", default=20, show_default=True, type=click.IntRange(min=0),
+              help="PPO iterations.")
+@click.option("--bc-iterations", "bc_iterations", default=2, show_default=True,
+              type=click.IntRange(min=0), help="Behaviour-cloning iterations before PPO.")
+@click.option("--episodes-per-iteration", "episodes_per_iteration", default=4,
+              show_default=True, type=click.IntRange(min=1))
+@click.option("--episode-days", "episode_days", default=0.5, show_default=True,
+              type=click.FloatRange(min=0.01), help="The agent's part of an episode.")
+@click.option("--warmup-days", "warmup_days", default=3.0, show_default=True,
+              type=click.FloatRange(min=0.0), help="Heuristic warm-up before the agent acts.")
+@click.option("--trace", default="philly", show_default=True)
+@click.option("--cluster", default="philly-hetero", show_default=True)
+@click.option("--train-window", "train_window", default="2017-10-01:2017-12-01",
+              show_default=True, help="Episodes are drawn from here (never December).")
+@click.option("--validation-window", "validation_window", default="2017-09", show_default=True,
+              help="Checkpoint selection replays this window (tuning data).")
+@click.option("--validate-every", "validate_every", default=5, show_default=True,
+              type=click.IntRange(min=0), help="PPO iterations between validations.")
+@click.option("--chooser", type=click.Choice(CHOOSERS), default="rwgp", show_default=True,
+              help="Node-set chooser inside each GPU type.")
+@click.option("--no-communication", "no_communication", is_flag=True,
+              help="Train the ablation without the placement agent's message.")
+@click.option("--hidden", default=64, show_default=True, type=click.IntRange(min=4))
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1),
+              help="Rollout and validation processes.")
+@click.option("--run-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("runs"), show_default=True, help="Curves and logs go here.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def train_command(**options: Any) -> None:
+    """Train the dual agent (behaviour cloning, then PPO) and write a policy bundle."""
+    from slurm_rl.training.ppo import Args, train
+
+    known = {f.name for f in fields(Args)}
+    values = {k: v for k, v in options.items() if k in known}
+    values["communicate"] = not options["no_communication"]
+    values["progress"] = not options["quiet"]
+    values["exp_name"] = options["output"].name
+    path = train(Args(**values))
+    meta = load_bundle(path).meta
+    console.print(f"bundle: {path} (checkpoint {meta['metrics']['checkpoint']}, "
+                  f"{meta['metrics']['wall_s']:.0f} s)", highlight=False)
+
+
+@click.command("evaluate")
+@click.option("--bundle", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Policy bundle (default: the shipped policies/default).")
+@click.option("--trace", default="philly", show_default=True)
+@click.option("--cluster", default="philly-hetero", show_default=True)
+@click.option("--window", "window_spec", default=None,
+              help="Window to replay (default for philly: 2017-12, the held-out month).")
+@click.option("--mode", type=click.Choice(["direct", "slurm"]), default="slurm",
+              show_default=True)
+@click.option("--placements", default=",".join(PLACEMENTS), show_default=True,
+              help="Heuristic placements each baseline ordering is tried with.")
+@click.option("--no-ablations", "no_ablations", is_flag=True, help="Only the dual agent.")
+@click.option("--no-comm-bundle", "no_comm_bundle", default=None,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="A bundle trained without communication, for that ablation.")
+@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("reports/evaluation"), show_default=True)
+@click.option("--workers", default=None, type=click.IntRange(min=1),
+              help="Parallel replays (default: number of cores).")
+@click.option("--seed", default=0, show_default=True, type=int)
+def evaluate_command(**options: Any) -> None:
+    """Replay held-out windows with the dual agent, its ablations and every baseline."""
+    import os
+
+    from slurm_rl.simulate_command import build_scenario
+    from slurm_rl.training.evaluate import evaluation_specs, replay_policies, write_evaluation
+
+    bundle = options["bundle"] or default_bundle_path()
+    meta = load_bundle(bundle).meta  # fail early, with one line, on a bad bundle
+    window_spec = options["window_spec"] or _DEFAULT_WINDOWS.get(options["trace"])
+    scenario = build_scenario({
+        "cluster": options["cluster"], "trace_name": options["trace"],
+        "window_spec": window_spec, "days": 7.0, "seed": options["seed"],
+        "trace_format": None, "skip_bad_rows": False, "mode": options["mode"],
+        "cycle_s": 10.0, "no_fluctuation": False,
+    })
+    placements = [p.strip() for p in options["placements"].split(",") if p.strip()]
+    if not placements:
+        raise InputError("--placements names no placement")
+    specs = evaluation_specs(str(bundle), placements=placements,
+                             ablations=not options["no_ablations"],
+                             no_comm_bundle=str(options["no_comm_bundle"] or "") or None)
+    workers = options["workers"] or os.cpu_count() or 1
+    results = replay_policies(scenario, specs, workers, progress=True)
+    path = write_evaluation(results, scenario, options["report_dir"], meta)
+    verdict = json.loads((options["report_dir"] / "evaluation.json").read_text())
+    console.print(path.read_text(), highlight=False)
+    console.print(f"criteria {'met' if verdict['met'] else 'not met'}; report: {path}",
+                  highlight=False)

@@ -1,0 +1,156 @@
+"""The learned agents under the project's scheduler, masking, messages and policy bundles."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from slurm_rl.agents.ordering.agent import (
+    Bundle,
+    BundleError,
+    OrderingAgent,
+    build_scheduler,
+    load_bundle,
+    masked_scores,
+    network_config,
+    save_bundle,
+    scheduler_or_fallback,
+)
+from slurm_rl.agents.ordering.messages import MESSAGE_FEATURES
+from slurm_rl.agents.ordering.network import DualNetwork
+from slurm_rl.agents.ordering.placement import LearnedPlacement
+from slurm_rl.core import ClusterSnapshot, Job
+from slurm_rl.loop import run_loop
+from slurm_rl.simulator.world import SimActuator, TraceSource
+from tests.sim_doubles import job, simulation, small_cluster
+
+SPEED = {"A100": 2.0, "V100": 1.0}
+
+
+def bundle(chooser: str = "best-fit", seed: int = 0) -> Bundle:
+    torch.manual_seed(seed)
+    return Bundle(Path("-"), DualNetwork(network_config(16)).eval(),
+                  {"chooser": chooser, "fee_weight": 0.1})
+
+
+def queue_snapshot(free: tuple[int, ...] = (8, 0, 4, 0)) -> ClusterSnapshot:
+    pending = (Job("big", 0.0, 16), Job("small", 5.0, 2), Job("typed", 6.0, 4, gpu_type="V100"),
+               Job("mid", 7.0, 8))
+    return ClusterSnapshot(100.0, small_cluster(), free, pending)
+
+
+def test_jobs_that_cannot_start_rank_after_every_job_that_can() -> None:
+    scheduler = build_scheduler(bundle(), SPEED)
+    view = queue_snapshot()
+    scheduler.ordering.observe(view)
+    scheduler.placement.observe(view)
+    scores = np.asarray(scheduler.ordering.score(view))
+    can = {"small", "typed", "mid"}  # 16 GPUs fit nowhere with 12 free
+    ids = [j.job_id for j in view.pending]
+    worst_startable = min(s for i, s in zip(ids, scores, strict=True) if i in can)
+    assert scores[ids.index("big")] < worst_startable
+
+
+def test_masked_scores_keep_the_order_inside_each_group() -> None:
+    raw = np.array([5.0, -1.0, 3.0, 9.0])
+    valid = np.array([False, True, True, False])
+    out = masked_scores(raw, valid)
+    assert list(np.argsort(-out)) == [2, 1, 3, 0]
+
+
+def test_messages_mark_what_can_start_and_say_nothing_about_the_rest() -> None:
+    scheduler = build_scheduler(bundle(), SPEED)
+    agent = scheduler.ordering
+    assert isinstance(agent, OrderingAgent)
+    view = queue_snapshot()
+    observation = agent.observation(view)
+    assert observation.messages.shape == (4, len(MESSAGE_FEATURES))
+    assert observation.valid.tolist() == [False, True, True, True]
+    assert not observation.messages[0].any()
+    typed_options = observation.messages[2, MESSAGE_FEATURES.index("log_options")]
+    assert typed_options == pytest.approx(np.log1p(1))  # only the V100 node set
+
+
+def test_learned_placement_offers_one_candidate_per_gpu_type() -> None:
+    scheduler = build_scheduler(bundle(), SPEED)
+    placement = scheduler.placement
+    assert isinstance(placement, LearnedPlacement)
+    view = queue_snapshot(free=(8, 8, 4, 4))
+    found = placement.generator.candidates(Job("x", 0.0, 4), view.free_gpus, view)
+    types = {view.cluster.nodes[view.cluster.index(p.nodes[0])].gpu_type for p in found.placements}
+    assert types == {"A100", "V100"}
+    chosen = placement.place(Job("x", 0.0, 4), view.free_gpus, view)
+    assert chosen in found.placements
+
+
+@pytest.mark.parametrize("variant", ["dual", "ordering-only", "placement-only", "no-communication"])
+@pytest.mark.parametrize("mode", ["direct", "slurm"])
+def test_every_variant_runs_every_job_in_both_modes(variant: str, mode: str) -> None:
+    rng = np.random.default_rng(4)
+    jobs = [job(f"j{i}", float(rng.uniform(0, 5000)), int(rng.choice([1, 2, 4, 8])),
+                float(rng.lognormal(6, 1)), partition=f"vc{i % 2}") for i in range(40)]
+    sim = simulation(jobs, mode=mode, cycle_s=10.0)
+    run_loop(TraceSource(sim), build_scheduler(bundle(), SPEED, variant=variant),  # type: ignore[arg-type]
+             SimActuator(sim))
+    assert sorted(o.job.job_id for o in sim.outcomes) == sorted(j.job_id for j in jobs)
+    assert sim.rejected_actions == 0
+
+
+def test_bundle_round_trip_keeps_the_scores(tmp_path: Path) -> None:
+    original = bundle(seed=3)
+    save_bundle(tmp_path / "b", original.network, {"fee_weight": 0.25, "chooser": "best-fit"})
+    loaded = load_bundle(tmp_path / "b")
+    meta = json.loads((tmp_path / "b" / "meta.json").read_text())
+    assert meta["feature_schema"]["version"] == loaded.meta["feature_schema"]["version"]
+    assert meta["package_version"] and loaded.fee_weight == 0.25
+    view = queue_snapshot()
+    scores = []
+    for b in (original, loaded):
+        scheduler = build_scheduler(b, SPEED)
+        scheduler.ordering.observe(view)
+        scheduler.placement.observe(view)
+        scores.append(np.asarray(scheduler.ordering.score(view)))
+    np.testing.assert_allclose(scores[0], scores[1])
+
+
+def _rewrite(path: Path, change: dict[str, object]) -> None:
+    meta = json.loads((path / "meta.json").read_text())
+    meta.update(change)
+    (path / "meta.json").write_text(json.dumps(meta))
+
+
+def test_a_bundle_of_another_feature_schema_is_refused_with_one_line(tmp_path: Path) -> None:
+    save_bundle(tmp_path / "b", bundle().network, {})
+    meta = json.loads((tmp_path / "b" / "meta.json").read_text())
+    _rewrite(tmp_path / "b", {"feature_schema": {**meta["feature_schema"], "version": 0}})
+    with pytest.raises(BundleError) as error:
+        load_bundle(tmp_path / "b")
+    assert "schema v0" in str(error.value) and "\n" not in str(error.value)
+    renamed = {**meta["feature_schema"], "job": ["something", *meta["feature_schema"]["job"][1:]]}
+    _rewrite(tmp_path / "b", {"feature_schema": renamed})
+    with pytest.raises(BundleError, match="feature names differ"):
+        load_bundle(tmp_path / "b")
+
+
+def test_missing_or_broken_bundles_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(BundleError, match="no policy bundle"):
+        load_bundle(tmp_path / "nothing")
+    save_bundle(tmp_path / "b", bundle().network, {})
+    (tmp_path / "b" / "weights.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(BundleError, match="cannot load its weights"):
+        load_bundle(tmp_path / "b")
+
+
+def test_the_daemon_falls_back_to_a_heuristic_with_one_warning(tmp_path: Path) -> None:
+    warnings: list[str] = []
+    scheduler = scheduler_or_fallback(tmp_path / "missing", SPEED, warnings.append)
+    assert scheduler.policy_id == "qssf+fastest-gpu"
+    assert len(warnings) == 1 and "falling back" in warnings[0]
+    save_bundle(tmp_path / "ok", bundle().network, {"chooser": "best-fit"})
+    loaded = scheduler_or_fallback(tmp_path / "ok", SPEED, warnings.append)
+    assert loaded.policy_id == "rl+rl-best-fit"
+    assert len(warnings) == 1

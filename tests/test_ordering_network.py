@@ -1,0 +1,94 @@
+"""The squeeze-and-communicate network, the placement head and the critic."""
+
+from __future__ import annotations
+
+import torch
+
+from slurm_rl.agents.ordering.agent import network_config
+from slurm_rl.agents.ordering.network import DualNetwork
+
+
+def inputs(n: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    config = network_config(16)
+    g = torch.Generator().manual_seed(seed)
+    jobs = torch.randn(1, n, config.job_features, generator=g)
+    messages = torch.randn(1, n, config.message_features, generator=g)
+    cluster = torch.randn(1, config.cluster_features, generator=g)
+    return jobs, messages, cluster, torch.ones(1, n, dtype=torch.bool)
+
+
+def net() -> DualNetwork:
+    torch.manual_seed(0)
+    return DualNetwork(network_config(16)).eval()
+
+
+def test_scores_are_permutation_equivariant() -> None:
+    model = net()
+    jobs, messages, cluster, present = inputs(7)
+    perm = torch.randperm(7, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        plain = model.ordering(jobs, messages, cluster, present)[0]
+        shuffled = model.ordering(jobs[:, perm], messages[:, perm], cluster, present)[0]
+    torch.testing.assert_close(shuffled, plain[perm])
+
+
+def test_any_queue_length_and_padding_changes_nothing() -> None:
+    model = net()
+    with torch.no_grad():
+        for n in (1, 3, 2000):
+            jobs, messages, cluster, present = inputs(n)
+            alone = model.ordering(jobs, messages, cluster, present)[0]
+            pad = torch.zeros(1, 5, jobs.shape[2])
+            padded_jobs = torch.cat([jobs, pad + 9.0], dim=1)
+            padded_messages = torch.cat([messages, torch.zeros(1, 5, messages.shape[2])], dim=1)
+            mask = torch.cat([present, torch.zeros(1, 5, dtype=torch.bool)], dim=1)
+            padded = model.ordering(padded_jobs, padded_messages, cluster, mask)[0, :n]
+            torch.testing.assert_close(padded, alone)
+            assert alone.shape == (n,)
+
+
+def test_the_context_carries_the_rest_of_the_queue() -> None:
+    model = net()
+    jobs, messages, cluster, present = inputs(4)
+    with torch.no_grad():
+        full = model.ordering(jobs, messages, cluster, present)[0, 0]
+        fewer = model.ordering(jobs[:, :1], messages[:, :1], cluster, present[:, :1])[0, 0]
+    assert not torch.isclose(full, fewer)
+
+
+def test_without_communication_the_message_is_ignored() -> None:
+    model = net()
+    jobs, messages, cluster, present = inputs(5)
+    with torch.no_grad():
+        with_message = model.ordering(jobs, messages, cluster, present)
+        model.ordering.communicate = False
+        cut = model.ordering(jobs, messages, cluster, present)
+        other = model.ordering(jobs, messages * 0 + 3.0, cluster, present)
+    torch.testing.assert_close(cut, other)
+    assert not torch.allclose(cut, with_message)
+
+
+def test_placement_head_masks_absent_candidates_and_by_shape_matches_rows() -> None:
+    model = net()
+    config = network_config(16)
+    g = torch.Generator().manual_seed(3)
+    jobs = torch.randn(4, config.job_features, generator=g)
+    cluster = torch.randn(config.cluster_features, generator=g)
+    shapes = torch.randn(2, 3, config.candidate_features, generator=g)
+    present = torch.tensor([[True, True, False], [True, True, True]])
+    shape_of = torch.tensor([0, 1, 1, 0])
+    with torch.no_grad():
+        by_shape = model.placement.by_shape(jobs, cluster, shapes, present, shape_of)
+        rows = model.placement(jobs, shapes[shape_of], cluster.expand(4, -1), present[shape_of])
+    torch.testing.assert_close(by_shape, rows)
+    assert torch.isinf(rows[0, 2]) and rows[0, 2] < 0
+
+
+def test_critic_gives_one_value_per_state() -> None:
+    model = net()
+    jobs, messages, cluster, present = inputs(6)
+    batch = [torch.cat([x, x]) for x in (jobs, messages, cluster, present)]
+    with torch.no_grad():
+        values = model.critic(*batch)
+    assert values.shape == (2,)
+    torch.testing.assert_close(values[0], values[1])

@@ -1,0 +1,115 @@
+"""Episodes: warm-up, the agent phase, truncation and drain; what PPO re-evaluates matches what
+the actors did; reproducible from the seed; the held-out month is refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from slurm_rl.agents.ordering.agent import network_config
+from slurm_rl.agents.ordering.network import DualNetwork
+from slurm_rl.errors import InputError
+from slurm_rl.traces import parse_window, synthetic_philly
+from slurm_rl.training.batch import collate_placements, collate_steps
+from slurm_rl.training.episodes import EpisodeSampler, check_not_held_out
+from slurm_rl.training.objectives import plackett_luce_logp
+from slurm_rl.training.rewards import mean_price, pending_integrals
+from slurm_rl.training.rollout import Episode, EpisodeSpec, RolloutConfig, run_episode
+from tests.sim_doubles import job, simulation
+
+SPEED = {"A100": 2.0, "V100": 1.0}
+SPEC = EpisodeSpec(warmup_start=0.0, start=3000.0, end=9000.0, seed=7)
+
+
+def jobs() -> list:
+    rng = np.random.default_rng(2)
+    return [job(f"j{i}", float(rng.uniform(0, 10_000)), int(rng.choice([1, 2, 4, 8])),
+                float(rng.lognormal(7, 1)), partition=f"vc{i % 3}") for i in range(80)]
+
+
+def episode(mode: str = "sample", reward: str = "job", seed: int = 0) -> tuple[Episode, list]:
+    torch.manual_seed(seed)
+    network = DualNetwork(network_config(16))
+    sim = simulation(jobs(), mode="slurm", cycle_s=10.0)
+    config = RolloutConfig(fee_weight=0.1, chooser="best-fit", mode=mode,  # type: ignore[arg-type]
+                           max_jobs=8, rank_k=4, reward=reward)  # type: ignore[arg-type]
+    return run_episode(network, sim, SPEED, config, SPEC), [network, sim]
+
+
+def test_an_episode_records_the_agent_phase_and_drains() -> None:
+    result, (_, sim) = episode()
+    assert result.steps and all(len(s.jobs) <= 8 for s in result.steps)
+    assert all(len(s.order) <= 4 for s in result.steps)
+    assert any(s.placements for s in result.steps)
+    assert sim.done  # the drain finished every job, so every started job has an outcome
+
+
+def test_job_rewards_add_up_to_waiting_plus_attributed_runs() -> None:
+    result, (_, sim) = episode()
+    first, end = result.span
+    assert SPEC.start <= first < SPEC.end <= end
+    charged = [o for o in sim.outcomes if first <= o.start < end]
+    reference = mean_price(sim.cluster)
+    runs = sum((o.runtime - o.best_runtime) / 3600 + 0.1 * (
+        o.fee - o.best_runtime * o.job.num_gpus * reference / 3600) for o in charged)
+    waiting = pending_integrals(sim.timeline, np.array([first, end]))[0] / 3600
+    assert waiting > 0 and charged
+    assert -sum(s.reward for s in result.steps) == pytest.approx(waiting + runs)
+
+
+def test_the_same_seed_gives_the_same_episode() -> None:
+    first, _ = episode()
+    second, _ = episode()
+    assert [s.reward for s in first.steps] == [s.reward for s in second.steps]
+    assert all(np.array_equal(a.order, b.order) for a, b in zip(first.steps, second.steps,
+                                                                strict=True))
+
+
+def test_recorded_log_probabilities_are_what_the_batch_recomputes() -> None:
+    result, (network, _) = episode()
+    steps = [s for s in result.steps if len(s.order)]
+    batch = collate_steps(steps)
+    with torch.no_grad():
+        scores = batch.padded(network.ordering.ragged(*batch.ragged()))
+        logp = plackett_luce_logp(scores, batch.order, batch.prefix, batch.valid)
+    np.testing.assert_allclose(logp.numpy(), [s.logp for s in steps], atol=1e-4)
+    placements = collate_placements(result.steps)
+    assert placements is not None
+    with torch.no_grad():
+        logits = network.placement(placements.job, placements.candidates, placements.cluster,
+                                   placements.present)
+    again = torch.log_softmax(logits, 1).gather(1, placements.choice[:, None])[:, 0]
+    np.testing.assert_allclose(again.numpy(), placements.old_logp.numpy(), atol=1e-4)
+
+
+def test_teacher_mode_follows_the_teacher() -> None:
+    result, _ = episode(mode="teacher")
+    for step in result.steps:
+        for p in step.placements:
+            assert p.choice == int(np.argmax(p.candidates[:, 0]))  # the fastest candidate
+
+
+def test_time_rewards_are_the_cost_accrued_between_decisions() -> None:
+    result, _ = episode(reward="time")
+    assert -sum(s.reward for s in result.steps) == pytest.approx(result.cost(0.1))
+
+
+def test_training_never_touches_the_held_out_month() -> None:
+    check_not_held_out("philly", "2017-09-01:2017-12-01", "2017-11")
+    with pytest.raises(InputError, match="held-out"):
+        check_not_held_out("philly", "2017-11-20:2017-12-02")
+    with pytest.raises(InputError, match="held-out"):
+        check_not_held_out("/data/philly_pollux_jobs.csv.gz", "2017-12")
+    check_not_held_out("venus", "2017-12")
+
+
+def test_episodes_lie_inside_the_window_and_repeat_with_the_seed() -> None:
+    trace = synthetic_philly(days=1.0, seed=0)
+    sampler = EpisodeSampler(trace, "2017-10-01:2017-10-11", warmup_days=2.0, episode_days=1.0)
+    first = sampler.sample(np.random.default_rng(3), 20, seed=1, iteration=1)
+    low, high = parse_window("2017-10-01:2017-10-11")
+    assert all(low <= s.warmup_start and s.end <= high and s.start % 3600 == 0 for s in first)
+    assert first == sampler.sample(np.random.default_rng(3), 20, seed=1, iteration=1)
+    with pytest.raises(InputError, match="shorter"):
+        EpisodeSampler(trace, "2017-10-01:2017-10-02", warmup_days=2.0, episode_days=1.0)
