@@ -79,8 +79,8 @@ def test_philly_hetero_is_sized_as_its_comment_says() -> None:
         node.gpus / sum(w / perf.relative_speed(f, node.gpu_type, "V100") for f, w in mix.items())
         for node in spec.cluster.nodes
     )
-    assert spec.cluster.total_gpus == 608
-    assert capacity == pytest.approx(528, abs=3)
+    assert spec.cluster.total_gpus == 720
+    assert capacity == pytest.approx(642, abs=3)
     assert {n.gpus for n in spec.cluster.nodes} == {2, 4, 8}
 
 
