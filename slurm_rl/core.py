@@ -31,8 +31,8 @@ class FrozenDict(dict[K, V]):
         raise TypeError("FrozenDict is read-only")
 
     __setitem__ = __delitem__ = _readonly
-    clear = pop = popitem = setdefault = update = _readonly  # type: ignore[assignment]
-    __ior__ = _readonly  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _readonly
+    __ior__ = _readonly
 
     def __reduce__(self) -> tuple[type[FrozenDict[K, V]], tuple[dict[K, V]]]:
         return (type(self), (dict(self),))

@@ -53,8 +53,9 @@ class SchedulingEnv(gym.Env[np.ndarray, int]):
         self._make_placement = placement
         self._gpu_types = scenario.cluster.gpu_types
         size = queue_slots * SLOT_FEATURES + len(self._gpu_types) + 1
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(size,), dtype=np.float32)
-        self.action_space = gym.spaces.Discrete(queue_slots + 1)
+        self.observation_space = gym.spaces.Box(0.0, 32.0, shape=(size,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(queue_slots + 1)  # type: ignore[assignment]
+        self._size = size
         self._sim: Simulation | None = None
         self._snapshot: ClusterSnapshot | None = None
 
@@ -100,7 +101,7 @@ class SchedulingEnv(gym.Env[np.ndarray, int]):
         return True
 
     def _observe(self) -> np.ndarray:
-        observation = np.zeros(self.observation_space.shape, dtype=np.float32)
+        observation = np.zeros(self._size, dtype=np.float32)
         snapshot = self._snapshot
         if snapshot is None:
             return observation

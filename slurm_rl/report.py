@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
@@ -37,18 +38,21 @@ def result_rows(results: Sequence[ReplayResult]) -> list[dict[str, str]]:
     return [_row(r) for r in results]
 
 
+def _hours(seconds: float) -> str:
+    return f"{seconds / HOUR:.2f}"
+
+
 def _row(result: ReplayResult) -> dict[str, str]:
     m = result.metrics
-    hours = lambda s: f"{s / HOUR:.2f}"  # noqa: E731
     return {
         "policy": result.policy_id,
-        "avg_jct_s": hours(m.avg_jct_s),
-        "p50_jct_s": hours(m.p50_jct_s),
-        "p95_jct_s": hours(m.p95_jct_s),
-        "p99_jct_s": hours(m.p99_jct_s),
-        "avg_queueing_s": hours(m.avg_queueing_s),
+        "avg_jct_s": _hours(m.avg_jct_s),
+        "p50_jct_s": _hours(m.p50_jct_s),
+        "p95_jct_s": _hours(m.p95_jct_s),
+        "p99_jct_s": _hours(m.p99_jct_s),
+        "avg_queueing_s": _hours(m.avg_queueing_s),
         "avg_bounded_slowdown": f"{m.avg_bounded_slowdown:.2f}",
-        "makespan_s": hours(m.makespan_s),
+        "makespan_s": _hours(m.makespan_s),
         "gpu_utilisation": f"{m.gpu_utilisation:.1%}",
         "total_fees": f"{m.total_fees:,.0f}",
         "lb_ratio": f"{m.avg_jct_s / m.jct_lower_bound_s:.2f}",
@@ -93,7 +97,7 @@ def as_json(results: Sequence[ReplayResult], scenario: Scenario) -> str:
         "results": [
             {"policy": r.policy_id, **r.metrics.as_dict(), "wall_s": r.wall_s,
              "cycles": r.cycles, "unschedulable_jobs": r.unschedulable_jobs,
-             "rejected_actions": r.rejected_actions}
+             "rejected_actions": r.rejected_actions, "unfinished_jobs": r.unfinished_jobs}
             for r in results
         ],
     }
@@ -132,7 +136,7 @@ def _markdown(results: Sequence[ReplayResult], scenario: Scenario, plots: list[s
     return "\n".join(lines) + "\n"
 
 
-def _plot_jct_cdf(results: Sequence[ReplayResult], scenario: Scenario) -> plt.Figure:
+def _plot_jct_cdf(results: Sequence[ReplayResult], scenario: Scenario) -> Figure:
     figure, axis = plt.subplots(figsize=(7, 4.5))
     for result in results:
         jct = np.sort([o.jct / HOUR for o in result.outcomes])
@@ -142,7 +146,7 @@ def _plot_jct_cdf(results: Sequence[ReplayResult], scenario: Scenario) -> plt.Fi
     return figure
 
 
-def _plot_queue(results: Sequence[ReplayResult], scenario: Scenario) -> plt.Figure:
+def _plot_queue(results: Sequence[ReplayResult], scenario: Scenario) -> Figure:
     figure, axis = plt.subplots(figsize=(8, 4))
     for result in results:
         t = _days(result.timeline.times)
@@ -152,7 +156,7 @@ def _plot_queue(results: Sequence[ReplayResult], scenario: Scenario) -> plt.Figu
     return figure
 
 
-def _plot_utilisation(results: Sequence[ReplayResult], scenario: Scenario) -> plt.Figure:
+def _plot_utilisation(results: Sequence[ReplayResult], scenario: Scenario) -> Figure:
     figure, axis = plt.subplots(figsize=(8, 4))
     total = scenario.cluster.total_gpus
     for result in results:
@@ -164,7 +168,7 @@ def _plot_utilisation(results: Sequence[ReplayResult], scenario: Scenario) -> pl
     return figure
 
 
-def _plot_fees(results: Sequence[ReplayResult], scenario: Scenario) -> plt.Figure:
+def _plot_fees(results: Sequence[ReplayResult], scenario: Scenario) -> Figure:
     prices = {n.gpu_type: n.price_per_gpu_hour for n in scenario.cluster.nodes}
     types = sorted(prices)
     figure, axis = plt.subplots(figsize=(8, 4))

@@ -12,7 +12,7 @@ from slurm_rl.core import Cluster, Job
 from slurm_rl.loop import DecisionMaker, run_loop
 from slurm_rl.metrics import ScheduleMetrics, compute_metrics
 from slurm_rl.simulator.cluster_spec import ClusterSpec
-from slurm_rl.simulator.engine import SimConfig, Simulation
+from slurm_rl.simulator.engine import ActionMode, SimConfig, Simulation
 from slurm_rl.simulator.fluctuation import MachineFluctuation
 from slurm_rl.simulator.outcomes import JobOutcome, Timeline
 from slurm_rl.simulator.perfmodel import PerformanceModel
@@ -126,5 +126,5 @@ def replay(
     )
 
 
-def with_mode(scenario: Scenario, mode: str) -> Scenario:
+def with_mode(scenario: Scenario, mode: ActionMode) -> Scenario:
     return replace(scenario, sim=replace(scenario.sim, mode=mode))

@@ -20,11 +20,15 @@ class SimplePerformance:
     def relative_speed(self, family: str, gpu_type: str, reference_gpu: str) -> float:
         return self.speeds[gpu_type] / self.speeds[reference_gpu]
 
-    def spread_factor(self, family: str, gpus_per_node: tuple[int, ...], same_host_group: bool = True) -> float:
+    def spread_factor(self, family: str, gpus_per_node: tuple[int, ...],
+                      same_host_group: bool = True, node_capacity: int | None = None) -> float:
         return 0.8 ** (len(gpus_per_node) - 1)
 
     def colocation_factor(self, family: str, neighbour_families: tuple[str, ...]) -> float:
         return 0.9 if neighbour_families else 1.0
+
+    def gang_colocation_factor(self, family: str, neighbours_by_node) -> float:
+        return min(self.colocation_factor(family, tuple(n)) for n in neighbours_by_node)
 
 
 def small_cluster() -> Cluster:

@@ -136,6 +136,7 @@ class Simulation:
         self.timeline = Timeline()
         self.rejected_actions = 0
         self._total_gpus = cluster.total_gpus
+        self._step_armed = False
         self.job_seconds = 0.0  # ∫ jobs in the system dt: the sum of JCTs so far
         self.fees_accrued = 0.0  # ∫ Σ_running GPUs × price dt, in currency units
         self._fee_rate = 0.0
@@ -188,7 +189,7 @@ class Simulation:
         _, _, kind, payload = event
         if kind != _FINISH:
             return False
-        job_id, version = payload  # type: ignore[misc]
+        job_id, version = _finish_payload(payload)
         run = self._running.get(job_id)
         return run is None or run.version != version
 
@@ -217,7 +218,7 @@ class Simulation:
 
     def _handle(self, kind: int, payload: object) -> bool:
         if kind == _FINISH:
-            job_id, version = payload  # type: ignore[misc]
+            job_id, version = _finish_payload(payload)
             run = self._running.get(job_id)
             if run is not None and run.version == version:
                 self._finish(run)
@@ -281,6 +282,8 @@ class Simulation:
         )
         self._running[job.job_id] = run
         self._running_records[job.job_id] = run.record
+        if not self._step_armed:
+            self._schedule_fluctuation()
         affected = self._neighbours(nodes)
         for i in nodes:
             self._node_jobs[i].add(job.job_id)
@@ -347,25 +350,35 @@ class Simulation:
             end = self.now + (run.remaining / run.rate if run.rate > 0 else math.inf)
             self._push(end, _FINISH, (run.job.job_id, run.version))
 
-    def _neighbour_families(self, run: _Run) -> tuple[str, ...]:
+    def _neighbour_families(self, run: _Run) -> tuple[tuple[str, ...], ...]:
+        """Per node of the run, the families of the other jobs sharing that node."""
         own = run.job.job_id
-        ids = set().union(*(self._node_jobs[i] for i in run.nodes)) - {own}
-        return tuple(sorted(self._running[j].job.model_family for j in ids))
+        return tuple(
+            tuple(sorted(self._running[j].job.model_family for j in self._node_jobs[i] if j != own))
+            for i in run.nodes
+        )
 
     # ----- machine fluctuation and observations ------------------------------------------
 
     def _schedule_fluctuation(self) -> None:
         if self._fluctuation is not None and math.isfinite(self._fluctuation.next_step_time):
             self._push(self.origin + self._fluctuation.next_step_time, _STEP, None)
+            self._step_armed = True
 
     def _fluctuation_step(self) -> None:
         assert self._fluctuation is not None
-        if self._fluctuation.advance_to(self.now - self.origin):
+        self._step_armed = False
+        # The step is due now; advancing to its own time (not now − origin, which rounding can
+        # leave a hair short of it) guarantees progress.
+        due = max(self.now - self.origin, self._fluctuation.next_step_time)
+        if self._fluctuation.advance_to(due):
             runs = list(self._running.values())
             self._refresh(runs, health=True)
             for run in runs:
                 self._observe(run)
-        if self._running or self._pending or self._next_arrival < len(self._arrivals):
+        # Machines drift only while something can still change: with nothing running and no
+        # arrivals left, pending jobs wait on a decision, not on time.
+        if self._running or self._next_arrival < len(self._arrivals):
             self._schedule_fluctuation()
 
     def _observe(self, run: _Run) -> None:
@@ -487,3 +500,8 @@ class _ArrivalColumns:
             time_limit=self.all.time_limit[rows],
             oracle_duration=self.all.oracle_duration[rows],
         )
+
+
+def _finish_payload(payload: object) -> tuple[JobId, int]:
+    assert isinstance(payload, tuple)
+    return payload[0], payload[1]

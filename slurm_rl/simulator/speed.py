@@ -48,6 +48,9 @@ class SpeedModel:
         self._reference = perf.canonical_gpu_type(reference_gpu)
         self._node_types = tuple(perf.canonical_gpu_type(n.gpu_type) for n in cluster.nodes)
         self._node_groups = tuple(n.host_group for n in cluster.nodes)
+        # Trace durations were measured on the trace's own servers: a job bigger than a node
+        # was spread there too, so spreading is measured against the fewest whole nodes.
+        self._largest_node = max((n.gpus for n in cluster.nodes), default=1)
         self._fluctuation = fluctuation
         self._type_speed: dict[tuple[str, str], float] = {}
         self._best_rate: dict[tuple[str, int, str | None], float] = {}
@@ -71,14 +74,14 @@ class SpeedModel:
         job: Job,
         nodes: Sequence[int],
         gpus: tuple[int, ...],
-        neighbour_families: tuple[str, ...],
+        neighbours_by_node: tuple[tuple[str, ...], ...] = (),
     ) -> RateBreakdown:
         family = job.model_family
         member_speed = [self.type_speed(family, i) for i in nodes]
         healthy = min(member_speed)
         actual = min(s * self.health(i) for s, i in zip(member_speed, nodes, strict=True))
         shape = self._shape_factor(family, nodes, gpus)
-        coloc = self._perf.colocation_factor(family, neighbour_families) if neighbour_families else 1.0
+        coloc = self.colocation(family, neighbours_by_node)
         nominal = healthy * shape * coloc
         return RateBreakdown(rate=actual * shape * coloc, nominal=nominal, health=actual / healthy)
 
@@ -90,10 +93,11 @@ class SpeedModel:
         actual = min(s * self.health(i) for s, i in zip(speeds, nodes, strict=True))
         return actual / min(speeds)
 
-    def colocation(self, family: str, neighbour_families: tuple[str, ...]) -> float:
-        if not neighbour_families:
+    def colocation(self, family: str, neighbours_by_node: tuple[tuple[str, ...], ...]) -> float:
+        """The gang's pace under co-location: its most crowded node decides."""
+        if not any(neighbours_by_node):
             return 1.0
-        return self._perf.colocation_factor(family, neighbour_families)
+        return self._perf.gang_colocation_factor(family, neighbours_by_node)
 
     def shape_factor(self, family: str, nodes: Sequence[int], gpus: tuple[int, ...]) -> float:
         return self._shape_factor(family, nodes, gpus)
@@ -102,7 +106,9 @@ class SpeedModel:
         if len(nodes) == 1:
             return 1.0
         same_group = len({self._node_groups[i] for i in nodes}) == 1
-        return self._perf.spread_factor(family, gpus, same_host_group=same_group)
+        return self._perf.spread_factor(
+            family, gpus, same_host_group=same_group, node_capacity=self._largest_node
+        )
 
     def best_rate(self, job: Job, cluster: Cluster) -> float:
         key = (job.model_family, job.num_gpus, job.gpu_type)
@@ -129,7 +135,9 @@ class SpeedModel:
             return 1.0
         full, rest = divmod(job.num_gpus, largest_node)
         shape = (largest_node,) * full + ((rest,) if rest else ())
-        return self._perf.spread_factor(job.model_family, shape, same_host_group=True)
+        return self._perf.spread_factor(
+            job.model_family, shape, same_host_group=True, node_capacity=self._largest_node
+        )
 
     def _largest_node_by_type(self, cluster: Cluster) -> dict[str, int]:
         largest: dict[str, int] = {}

@@ -1,0 +1,122 @@
+"""`slurm-rl simulate` end to end, and bad input: one clear line and a non-zero exit, never a
+traceback."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_rl.cli import main
+
+HEADER = "job_id,submit_time,num_gpus,duration"
+
+
+def simulate(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["simulate", "--cluster", "tiny", "--workers", "1", *args])
+    return result.exit_code, result.output
+
+
+def _csv(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def _one_error_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1, output
+    assert "Traceback" not in output
+    assert lines[0].startswith("error:")
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("missing.csv", "job_id,submit_time,duration\n1,2017-10-01T00:00:00,100\n",
+         ["missing.csv:1", "num_gpus", "missing column"]),
+        ("negative.csv", f"{HEADER}\n1,2017-10-01T00:00:00,2,-5\n",
+         ["negative.csv:2", "duration", "negative duration"]),
+        ("nonnumeric.csv", f"{HEADER}\n1,2017-10-01T00:00:00,two,100\n",
+         ["nonnumeric.csv:2", "num_gpus", "not a number"]),
+        ("empty.csv", f"{HEADER}\n", ["empty.csv", "no jobs"]),
+        ("gputype.csv", f"{HEADER},gpu_type\n1,2017-10-01T00:00:00,2,100,Z999\n",
+         ["gputype.csv:2", "gpu_type", "unknown GPU type 'Z999'"]),
+        ("truncated.csv", f"{HEADER}\n1,2017-10-01T00:00:00,2,100\n2,2017-10-01T00:0",
+         ["truncated.csv:3", "truncated row"]),
+    ],
+)
+def test_bad_trace_rows(tmp_path, name, text, expected):
+    code, output = simulate("--trace", _csv(tmp_path, name, text))
+    line = _one_error_line(output)
+    assert code != 0
+    for fragment in expected:
+        assert fragment in line
+
+
+def test_truncated_gzip(tmp_path):
+    rows = "".join(f"{i},2017-10-01T00:{i % 60:02d}:00,1,{100 + i}\n" for i in range(20000))
+    data = gzip.compress((HEADER + "\n" + rows).encode())
+    path = tmp_path / "cut.csv.gz"
+    path.write_bytes(data[: len(data) // 2])
+    code, output = simulate("--trace", str(path))
+    assert code != 0
+    assert "truncated gzip" in _one_error_line(output)
+
+
+def test_skip_bad_rows_counts_what_it_skipped(tmp_path):
+    good = "".join(f"{i},2017-10-01T00:{i:02d}:00,1,{600 + i}\n" for i in range(10))
+    trace = _csv(tmp_path, "mixed.csv", f"{HEADER}\n{good}99,2017-10-01T01:00:00,1,-3\n")
+    code, output = simulate("--trace", trace, "--skip-bad-rows", "--policies", "fifo+first-fit")
+    assert code == 0, output
+    assert "skipped trace rows: 1" in output
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--policies", "fifo+nope"], "unknown placement policy 'nope'"),
+        (["--policies", "lifo+first-fit"], "unknown ordering policy 'lifo'"),
+        (["--policies", "fifo"], "unknown policy 'fifo'"),
+        (["--cluster", "nowhere"], "unknown cluster spec 'nowhere'"),
+        (["--trace", "/no/such/file.csv"], "no such trace file"),
+        (["--window", "2017-13-01:2017-13-02", "--trace", "philly"], "window"),
+    ],
+)
+def test_bad_arguments(args, expected):
+    result = CliRunner().invoke(main, ["simulate", *args])
+    assert result.exit_code != 0
+    assert expected in _one_error_line(result.output)
+
+
+def test_unknown_gpu_type_in_a_cluster_spec(tmp_path):
+    spec = tmp_path / "bad.toml"
+    spec.write_text(
+        'name = "bad"\ndescription = "x"\n[[node_groups]]\ngpu_type = "Z999"\ncount = 1\n'
+        'gpus_per_node = 4\nprice_per_gpu_hour = 1.0\nprice_source = "none"\n'
+    )
+    result = CliRunner().invoke(main, ["simulate", "--cluster", str(spec)])
+    assert result.exit_code != 0
+    line = _one_error_line(result.output)
+    assert "bad.toml" in line and "Z999" in line
+
+
+def test_simulate_compares_policies_and_writes_a_report(tmp_path):
+    report = tmp_path / "report"
+    code, output = simulate("--days", "1", "--warmup-days", "0.5", "--json",
+                            "--policies", "fifo+first-fit,sjf-oracle+best-fit",
+                            "--report", str(report))
+    assert code == 0, output
+    results = json.loads(output)["results"]
+    assert [r["policy"] for r in results] == ["fifo+first-fit", "sjf-oracle+best-fit"]
+    for r in results:
+        assert r["avg_jct_s"] >= r["jct_lower_bound_s"] > 0
+        assert r["unfinished_jobs"] == 0
+    for name in ("report.md", "results.json", "jct_cdf.png", "queue_length.png",
+                 "gpu_utilisation.png", "fees_by_gpu_type.png"):
+        assert (report / name).stat().st_size > 0
+    assert "synthetic" in (report / "report.md").read_text()
