@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Callable
@@ -13,7 +14,6 @@ from rich.console import Console
 
 from slurm_rl import __version__
 from slurm_rl.errors import SlurmRLError
-from slurm_rl.slurm.cli import devcluster_group
 
 F = TypeVar("F", bound=Callable[..., Any])
 # Reports are read in terminals and in CI logs alike: never squeeze a table below 132 columns.
@@ -21,8 +21,29 @@ console = Console(width=max(132, Console().width))
 err_console = Console(stderr=True)
 
 
+# Subcommands that live with their subsystem, imported only when used: torch and friends
+# cost seconds to import, and `slurm-rl simulate` should not pay for them.
+LAZY_COMMANDS = {
+    "daemon": "slurm_rl.daemon.cli:daemon_command",
+    "devcluster": "slurm_rl.slurm.cli:devcluster_group",
+    "evaluate": "slurm_rl.training.cli:evaluate_command",
+    "train": "slurm_rl.training.cli:train_command",
+}
+
+
 class FriendlyGroup(click.Group):
-    """Turns every expected error into one line on stderr and exit code 2 (never a traceback)."""
+    """Turns every expected error into one line on stderr and exit code 2 (never a traceback),
+    and loads subsystem commands on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_COMMANDS:
+            module, attribute = LAZY_COMMANDS[name].split(":")
+            command: click.Command = getattr(importlib.import_module(module), attribute)
+            return command
+        return super().get_command(ctx, name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -74,7 +95,6 @@ def simulate(**options: Any) -> None:
     run_simulate(console, **options)
 
 
-main.add_command(devcluster_group, "devcluster")
 
 if __name__ == "__main__":  # pragma: no cover
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
