@@ -32,7 +32,8 @@ class DaemonConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    policy: str = "fifo+best-fit"  # <ordering>+<placement>
+    policy: str = "fifo+best-fit"  # <ordering>+<placement>; rl+rl is the learned dual agent
+    policy_bundle: Path | None = None  # learned policies' bundle; default policies/default
     mode: ModeName = "shadow"
     dry_run: bool = False  # plan as `mode` would, send nothing (the shadow actuator)
     interval_s: float = Field(default=5.0, gt=0)  # from one cycle's start to the next

@@ -14,7 +14,6 @@ the policy, at the next cycle boundary. A config that fails to load keeps the ru
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import logging
 import os
@@ -22,7 +21,7 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -30,11 +29,11 @@ from types import FrameType
 from alembic.util import CommandError
 from sqlalchemy.exc import SQLAlchemyError
 
-from slurm_rl.agents.registry import make_scheduler
 from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.daemon.guard import GuardedScheduler
 from slurm_rl.daemon.heartbeat import FileHeartbeat, Heartbeat
 from slurm_rl.daemon.jobcomp import JobcompLog
+from slurm_rl.daemon.policy import FALLBACK_POLICY, PolicyBundleError, make_policy
 from slurm_rl.daemon.recorder import CycleSummary, StoreRecorder
 from slurm_rl.errors import SlurmRLError
 from slurm_rl.loop import DecisionMaker, run_cycle
@@ -57,14 +56,6 @@ class DaemonError(SlurmRLError):
 
 def file_heartbeat(config: DaemonConfig) -> Heartbeat:
     return FileHeartbeat(config.heartbeat)
-
-
-@functools.cache
-def gpu_speeds() -> Mapping[str, float]:
-    """Datasheet-like speed per GPU type (fastest-gpu placement); computed once per process."""
-    from slurm_rl.simulate_command import gpu_speed_table
-
-    return gpu_speed_table()
 
 
 def one_line(error: BaseException) -> str:
@@ -162,7 +153,7 @@ class Daemon:
         self._plugin_conf: str | None = None
         self.cycles = 0
         config = load()
-        parts = self._build(config)  # a bad policy fails here, before anything is created
+        parts = self._build_or_fall_back(config)  # a bad name fails before anything is made
         self.store = self._open_store(config)
         self.recorder = StoreRecorder(self.store, config.recorded_mode)
         try:
@@ -178,8 +169,18 @@ class Daemon:
 
     # -- building ------------------------------------------------------------------------
 
+    def _build_or_fall_back(self, config: DaemonConfig) -> Parts:
+        """At start-up, a learned policy whose bundle cannot be used gives way to a baseline
+        (scheduling goes on; the store records which policy decided)."""
+        try:
+            return self._build(config)
+        except PolicyBundleError as exc:
+            log.warning("%s; running %s instead", exc, FALLBACK_POLICY)
+            return self._build(config.model_copy(update={"policy": FALLBACK_POLICY}))
+
     def _build(self, config: DaemonConfig) -> Parts:
-        scheduler = GuardedScheduler(make_scheduler(config.policy, gpu_speeds(), seed=config.seed))
+        policy = make_policy(config.policy, seed=config.seed, bundle=config.policy_bundle)
+        scheduler = GuardedScheduler(policy)
         env = {"SLURM_CONF": str(config.slurm_conf)} if config.slurm_conf else None
         runner = self._runner or make_runner(env)
         client = CliSlurmClient(runner=runner, timeout_s=config.slurm_timeout_s)
