@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import math
 import multiprocessing
-import statistics
 import os
 import time
 from collections.abc import Sequence
@@ -22,7 +20,7 @@ from slurm_rl.report import as_json, print_table, write_report
 from slurm_rl.scenario import ReplayResult, Scenario, replay
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
 from slurm_rl.simulator.engine import SimConfig
-from slurm_rl.simulator.perfmodel import PerformanceModel
+from slurm_rl.simulator.perfmodel import datasheet_gpu_speeds
 from slurm_rl.workloads import open_measured_workload
 
 _progress_counter: Any = None  # a shared counter of finished decision cycles, set per worker
@@ -66,14 +64,7 @@ def policy_names(text: str | None) -> list[str]:
 
 
 def gpu_speed_table() -> dict[str, float]:
-    """A datasheet-like speed per GPU type: the geometric mean over job families of its measured
-    speed relative to V100 (what fastest-GPU-first ranks by; it knows no single machine)."""
-    by_family = PerformanceModel.default().speed_table()
-    types = {t for row in by_family.values() for t in row}
-    return {
-        t: math.exp(statistics.fmean(math.log(row[t]) for row in by_family.values() if t in row))
-        for t in types
-    }
+    return dict(datasheet_gpu_speeds())
 
 
 def run_simulate(console: Console, **options: Any) -> list[ReplayResult]:

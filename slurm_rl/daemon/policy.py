@@ -30,9 +30,9 @@ class PolicyBundleError(SlurmRLError):
 @functools.cache
 def gpu_speeds() -> Mapping[str, float]:
     """Datasheet-like speed per GPU type (fastest-gpu placement); computed once per process."""
-    from slurm_rl.simulate_command import gpu_speed_table
+    from slurm_rl.simulator.perfmodel import datasheet_gpu_speeds
 
-    return gpu_speed_table()
+    return dict(datasheet_gpu_speeds())
 
 
 def is_learned(name: str) -> bool:

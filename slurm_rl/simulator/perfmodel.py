@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -291,3 +292,15 @@ class PerformanceModel:
 @functools.cache
 def _default_model() -> PerformanceModel:
     return PerformanceModel.from_file(TABLES_PATH)
+
+
+@functools.cache
+def datasheet_gpu_speeds() -> dict[str, float]:
+    """A datasheet-like speed per GPU type: the geometric mean over job families of its
+    measured speed relative to V100. What fastest-GPU-first ranks by; it knows no machine."""
+    by_family = PerformanceModel.default().speed_table()
+    types = {t for row in by_family.values() for t in row}
+    return {
+        t: math.exp(statistics.fmean(math.log(row[t]) for row in by_family.values() if t in row))
+        for t in sorted(types)
+    }

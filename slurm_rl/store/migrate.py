@@ -1,4 +1,5 @@
-"""Schema migrations (Alembic, scripts in ``db/``), run programmatically."""
+"""Schema migrations (Alembic scripts in ``slurm_rl/store/migrations/``, shipped inside the
+package so an installed daemon can upgrade its store), run programmatically."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import Engine
 
-from slurm_rl.paths import REPO_DIR
+from pathlib import Path
 
-MIGRATIONS_DIR = REPO_DIR / "db"
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 
 def alembic_config(engine: Engine) -> Config:
