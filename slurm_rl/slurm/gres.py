@@ -12,6 +12,7 @@ Forms seen in the wild (22.05 .. 24.x):
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -83,6 +84,7 @@ def _count(text: str, entry: str) -> int:
     return int(text)
 
 
+@functools.lru_cache(maxsize=4096)
 def gpu_counts(text: str | None) -> tuple[GpuCount, ...]:
     """Every GPU entry in a GRES/TRES string, in order; other GRES are skipped."""
     if text is None:
@@ -104,6 +106,7 @@ def gpu_types(text: str | None) -> tuple[str, ...]:
     return tuple(seen)
 
 
+@functools.lru_cache(maxsize=4096)
 def single_request(text: str | None) -> GpuCount | None:
     """A job's GPU request as one count (types merged; the first type named wins)."""
     items = gpu_counts(text)

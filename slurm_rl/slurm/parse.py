@@ -17,6 +17,8 @@ mistyped field we need, truncated JSON or a non-empty ``errors`` list raises
 
 from __future__ import annotations
 
+import functools
+
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -163,11 +165,18 @@ def _strings(record: JsonObject, key: str, where: _Where) -> tuple[str, ...]:
     raise where.error(f"expected a list of names, got {json.dumps(value)[:60]}", key)
 
 
+@functools.lru_cache(maxsize=8192)
+def _expand_hostlist(text: str) -> tuple[str, ...]:
+    return tuple(NodeSet(text))
+
+
 def _hostlist(text: str, where: _Where, key: str) -> tuple[str, ...]:
     if not text or text in ("(null)", "None"):
         return ()
+    if "[" not in text:  # a plain comma list needs no hostlist expansion
+        return tuple(p for p in text.split(",") if p)
     try:
-        return tuple(NodeSet(text))
+        return _expand_hostlist(text)
     except NodeSetException as exc:
         raise where.error(f"bad node list {text!r}: {exc}", key) from exc
 

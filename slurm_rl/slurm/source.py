@@ -11,9 +11,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
-from slurm_rl.core import Cluster, ClusterSnapshot, FinishedJob, Job, Node, Placement, RunningJob
+from slurm_rl.core import (
+    Cluster,
+    ClusterSnapshot,
+    FinishedJob,
+    FrozenDict,
+    Job,
+    Node,
+    Placement,
+    RunningJob,
+)
 from slurm_rl.slurm.client import SlurmClient
 from slurm_rl.slurm.gres import gpu_counts, single_request
 from slurm_rl.slurm.records import JobsReport, NodesReport, SlurmJob, SlurmNode
@@ -162,14 +170,16 @@ class SlurmSource:
         self.last_state: SlurmState | None = None
         self._reported: set[str] = set()
         self._placements: dict[str, Placement] = {}
+        self._cores: dict[str, Job] = {}  # this query's jobs as core types, built once
 
     def state(self) -> SlurmState:
         """Query Slurm once (squeue, sinfo) and keep the result as :attr:`last_state`."""
         now = self.clock()
         jobs = self.client.jobs()
         nodes = self.client.nodes()
+        self._cores = {}
         managed = {j.job_id: j for j in jobs.jobs if self._is_managed(j)}
-        self.last_state = SlurmState(now, jobs, nodes, MappingProxyType(managed))
+        self.last_state = SlurmState(now, jobs, nodes, FrozenDict(managed))
         return self.last_state
 
     def snapshot(self) -> ClusterSnapshot:
@@ -184,7 +194,11 @@ class SlurmSource:
             return False
         if not in_partitions(job.partition.split(","), self.config.partitions):
             return False
-        return to_core_job(job) is not None
+        core = to_core_job(job)
+        if core is None:
+            return False
+        self._cores[job.job_id] = core
+        return True
 
     def _split(
         self, jobs: Iterable[SlurmJob]
@@ -195,7 +209,7 @@ class SlurmSource:
         seen: set[str] = set()
         for job in jobs:
             seen.add(job.job_id)
-            core = to_core_job(job)
+            core = self._cores.get(job.job_id) or to_core_job(job)
             if core is None:
                 continue
             if job.is_pending:
