@@ -36,14 +36,18 @@ VARIANTS = ("fifo+rwgp", "fifo+rwgp-measured")
 def rwgp(variant: str) -> RwgpPlacement:
     """``rwgp``: datasheet GPU speeds (as fastest-GPU has) and constant spread penalties;
     ``measured``: the measured per-family speed and spread tables (published data the
-    simulator is built from too); ``fee<λ>``: λ in the score; ``pack<η>``: η."""
+    simulator is built from too), ``family`` / ``spread``: one of them; ``fee<λ>``: λ in the
+    score; ``pack<η>``: η; ``risk<κ>``: κ."""
     speeds = gpu_speed_table()
     options: dict[str, float] = {}
     family, spread = None, None
+    perf = PerformanceModel.default()
     for part in variant.split("-")[1:]:
-        if part == "measured":
-            family, spread = PerformanceModel.default().speed_table(), PerformanceModel.default()
-        elif part.startswith("fee"):
+        if part in ("measured", "family"):
+            family = perf.speed_table()
+        if part in ("measured", "spread"):
+            spread = perf
+        if part.startswith("fee"):
             options["fee_weight"] = float(part[3:])
         elif part.startswith("pack"):
             options["packing_weight"] = float(part[4:])

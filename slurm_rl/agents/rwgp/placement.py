@@ -21,8 +21,10 @@ members' Gaussians come from Clark's (1961) moment matching, taking members as i
 the throughput of the shape relative to one node (a measured spread model if given, else
 ``(1 − p_s)^{|P|−1} (1 − p_g)^{[P spans host groups]}``), ``price`` is the set's GPU-hour
 price (fees = runtime × price, so ``λ · price / pace`` is the fee per unit of work, with ``λ``
-as in the reward ``−(JCT hours + λ · fees)``), and a small ``η`` prefers the fuller node among
-near-equals (best-fit packing, which keeps large holes for large jobs). The lowest score wins.
+as in the reward ``−(JCT hours + λ · fees)``), and ``η`` prices the GPUs a set leaves free
+on its nodes (best-fit packing: a small job on a fresh whole node leaves a hole where the next
+large job needed the whole node; under load that costs more than a few per cent of machine
+speed, while a straggler still loses to an empty healthy node). The lowest score wins.
 
 The policy only ever returns a node set, so it works unchanged in the simulator's ``direct``
 mode (the set starts at once) and ``slurm`` mode, and live, where the actuator turns it into
@@ -69,7 +71,7 @@ class PlacementConfig:
     # measured penalties (docs/performance-model.md §4) weighted by Philly's GPU time per family
     spread_penalty: float = 0.2
     cross_group_penalty: float = 0.25
-    packing_weight: float = 0.02  # η
+    packing_weight: float = 0.3  # η
     limits: Limits = field(default_factory=Limits)
     # "auto": learn from finished jobs' runtimes only while no measured speeds arrive (live)
     runtime_readings: Literal["auto", "always", "never"] = "auto"
