@@ -37,7 +37,7 @@ def rwgp(variant: str) -> RwgpPlacement:
     """``rwgp``: datasheet GPU speeds (as fastest-GPU has) and constant spread penalties;
     ``measured``: the measured per-family speed and spread tables (published data the
     simulator is built from too), ``family`` / ``spread``: one of them; ``fee<λ>``: λ in the
-    score; ``pack<η>``: η; ``risk<κ>``: κ."""
+    score; ``pack<η>``: η; ``risk<κ>``: κ; ``nolearn``: the GP never sees a reading (ablation)."""
     speeds = gpu_speed_table()
     options: dict[str, float] = {}
     family, spread = None, None
@@ -53,8 +53,8 @@ def rwgp(variant: str) -> RwgpPlacement:
             options["packing_weight"] = float(part[4:])
         elif part.startswith("risk"):
             options["risk_aversion"] = float(part[4:])
-    return RwgpPlacement(speeds, PlacementConfig(**options), family_speed=family,  # type: ignore[arg-type]
-                         spread_model=spread)
+    config = PlacementConfig(**options, learn="nolearn" not in variant)  # type: ignore[arg-type]
+    return RwgpPlacement(speeds, config, family_speed=family, spread_model=spread)
 
 
 def scheduler(name: str) -> Scheduler:

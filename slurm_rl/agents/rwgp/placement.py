@@ -76,6 +76,7 @@ class PlacementConfig:
     # "auto": learn from finished jobs' runtimes only while no measured speeds arrive (live)
     runtime_readings: Literal["auto", "always", "never"] = "auto"
     threads: int | None = 1  # torch threads; one is fastest when replays share the cores
+    learn: bool = True  # False: score with the prior alone (an ablation of the GP)
     model_path: str | None = None  # hyperparameters saved by RwgpModel.save
 
 
@@ -170,6 +171,8 @@ class RwgpPlacement:
 
     def observe(self, snapshot: ClusterSnapshot) -> None:
         model = self._model_for(snapshot.cluster)
+        if not self.config.learn:
+            return
         if snapshot.observations:
             self._measured = True
             model.observe(snapshot.observations)
