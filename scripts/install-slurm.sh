@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install Debian's Slurm 22.05 packages (controller, node daemon, clients) and munge.
+# Install Debian's Slurm 22.05 packages (controller, node daemon, clients, slurmrestd) and munge.
 #
 # Idempotent and quick when everything is already there: it only calls apt when a
 # package is missing. Never installs slurm-wlm-emulator: in Debian 12 it is broken
@@ -10,7 +10,7 @@ set -euo pipefail
 
 # slurm-wlm-basic-plugins (a hard Depends) already carries job_submit_lua, select_cons_tres,
 # priority_multifactor, gres_gpu and jobcomp_filetxt, so no Recommends are needed.
-PACKAGES=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins)
+PACKAGES=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins slurmrestd)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
