@@ -17,6 +17,7 @@ from slurm_rl.agents.ordering.agent import (
     load_bundle,
     masked_scores,
     network_config,
+    registry_scheduler,
     save_bundle,
     scheduler_or_fallback,
 )
@@ -24,6 +25,7 @@ from slurm_rl.agents.ordering.messages import MESSAGE_FEATURES
 from slurm_rl.agents.ordering.network import DualNetwork
 from slurm_rl.agents.ordering.placement import LearnedPlacement
 from slurm_rl.core import ClusterSnapshot, Job
+from slurm_rl.errors import UnknownNameError
 from slurm_rl.loop import run_loop
 from slurm_rl.simulator.world import SimActuator, TraceSource
 from tests.sim_doubles import job, simulation, small_cluster
@@ -154,3 +156,13 @@ def test_the_daemon_falls_back_to_a_heuristic_with_one_warning(tmp_path: Path) -
     loaded = scheduler_or_fallback(tmp_path / "ok", SPEED, warnings.append)
     assert loaded.policy_id == "rl+rl-best-fit"
     assert len(warnings) == 1
+
+
+def test_registry_names_compose_the_variants(tmp_path: Path) -> None:
+    save_bundle(tmp_path / "b", bundle().network, {"chooser": "best-fit"})
+    ids = {name: registry_scheduler(name, SPEED, bundle_path=tmp_path / "b").policy_id
+           for name in ("rl+rl", "rl-nocomm+rl", "rl+best-fit", "fifo+rl")}
+    assert ids == {"rl+rl": "rl+rl-best-fit", "rl-nocomm+rl": "rl-nocomm+rl-best-fit",
+                   "rl+best-fit": "rl+best-fit", "fifo+rl": "fifo+rl-best-fit"}
+    with pytest.raises(UnknownNameError):
+        registry_scheduler("rl+nowhere", SPEED, bundle_path=tmp_path / "b")

@@ -39,7 +39,7 @@ from slurm_rl.agents.ordering_baselines import Qssf
 from slurm_rl.agents.placement_baselines import BestFit, FastestGpuFirst
 from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
 from slurm_rl.core import ClusterSnapshot
-from slurm_rl.errors import SlurmRLError
+from slurm_rl.errors import SlurmRLError, UnknownNameError
 from slurm_rl.paths import REPO_DIR
 from slurm_rl.scheduler import Scheduler
 
@@ -49,6 +49,7 @@ META_FILE = "meta.json"
 Variant = Literal["dual", "ordering-only", "placement-only", "no-communication"]
 VARIANTS: tuple[Variant, ...] = ("dual", "ordering-only", "placement-only", "no-communication")
 CHOOSERS = ("rwgp", "best-fit")
+LEARNED_ORDERING = ("rl", "rl-nocomm")
 
 
 class BundleError(SlurmRLError):
@@ -280,14 +281,18 @@ def registry_scheduler(
     from slurm_rl.agents.registry import ORDERING, placement_factories
 
     ordering_name, _, placement_name = name.partition("+")
+    placements = placement_factories(gpu_speed, seed)
+    if ordering_name not in (*ORDERING, *LEARNED_ORDERING):
+        raise UnknownNameError("ordering policy", ordering_name, [*ORDERING, *LEARNED_ORDERING])
+    if placement_name not in (*placements, "rl"):
+        raise UnknownNameError("placement policy", placement_name, [*placements, "rl"])
     bundle = load_bundle(bundle_path or default_bundle_path())
-    if ordering_name in ("rl", "rl-nocomm") and placement_name == "rl":
+    if ordering_name in LEARNED_ORDERING and placement_name == "rl":
         variant: Variant = "dual" if ordering_name == "rl" else "no-communication"
         return build_scheduler(bundle, gpu_speed, variant=variant)
-    if ordering_name == "rl":
-        placement = placement_factories(gpu_speed, seed)[placement_name]()
+    if ordering_name in LEARNED_ORDERING:
         return build_scheduler(bundle, gpu_speed, variant="ordering-only",
-                               baseline_placement=placement)
+                               baseline_placement=placements[placement_name]())
     return build_scheduler(bundle, gpu_speed, variant="placement-only",
                            baseline_ordering=ORDERING[ordering_name]())
 
