@@ -36,7 +36,15 @@ def placement_factories(
         "random": lambda: RandomFit(seed),
         "fastest-gpu": lambda: FastestGpuFirst(gpu_speed),
         "cheapest-gpu": CheapestGpuFirst,
+        "rwgp": lambda: _rwgp(gpu_speed),
     }
+
+
+def _rwgp(gpu_speed: Mapping[str, float]) -> PlacementPolicy:
+    """The learned placement agent; imported on use (it pulls in torch and gpytorch)."""
+    from slurm_rl.agents.rwgp.placement import RwgpPlacement
+
+    return RwgpPlacement(gpu_speed)
 
 
 def baseline_names() -> list[str]:
