@@ -49,14 +49,15 @@ _DEFAULT_WINDOWS = {"philly": "2017-12"}
 @click.option("--no-communication", "no_communication", is_flag=True,
               help="Train the ablation without the placement agent's message.")
 @click.option("--hidden", default=64, show_default=True, type=click.IntRange(min=4))
-@click.option("--learning-rate", "learning_rate", default=3e-4, show_default=True,
+@click.option("--learning-rate", "learning_rate", default=1e-3, show_default=True,
               type=click.FloatRange(min=0.0, min_open=True))
-@click.option("--update-epochs", "update_epochs", default=4, show_default=True,
+@click.option("--update-epochs", "update_epochs", default=8, show_default=True,
               type=click.IntRange(min=1), help="PPO epochs over each iteration's decisions.")
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1),
               help="Rollout and validation processes.")
 @click.option("--run-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("runs"), show_default=True, help="Curves and logs go here.")
+              default=Path("reports/runs"), show_default=True,
+              help="Curves and logs go here.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def train_command(**options: Any) -> None:
     """Train the dual agent (behaviour cloning, then PPO) and write a policy bundle."""

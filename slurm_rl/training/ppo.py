@@ -83,11 +83,11 @@ class Args:
     # PPO
     iterations: int = 20
     episodes_per_iteration: int = 4
-    learning_rate: float = 3e-4
+    learning_rate: float = 1e-3
     anneal_lr: bool = True
     gamma: float = 0.99
     gae_lambda: float = 0.95
-    update_epochs: int = 4
+    update_epochs: int = 8
     minibatch_steps: int = 512
     clip_coef: float = 0.2
     ent_coef: float = 0.003
@@ -96,7 +96,7 @@ class Args:
     validate_every: int = 5  # iterations (0: only at the end)
     # output
     output: Path = Path("policies/default")
-    run_dir: Path = Path("runs")
+    run_dir: Path = Path("reports/runs")  # reports/ is git-ignored
     progress: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
