@@ -15,7 +15,9 @@ Usage: python benchmarks/rwgp_simulate.py --window 2017-10-01:2017-10-15 [--mode
 from __future__ import annotations
 
 import argparse
+import statistics
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from multiprocessing import get_context
 
 from rich.console import Console
@@ -51,6 +53,8 @@ def rwgp(variant: str) -> RwgpPlacement:
             options["fee_weight"] = float(part[3:])
         elif part.startswith("pack"):
             options["packing_weight"] = float(part[4:])
+        elif part.startswith("whole"):
+            options["whole_node_weight"] = float(part[5:])
         elif part.startswith("risk"):
             options["risk_aversion"] = float(part[4:])
     config = PlacementConfig(**options, learn="nolearn" not in variant)  # type: ignore[arg-type]
@@ -79,6 +83,10 @@ def main() -> None:
     parser.add_argument("--policies", default=",".join(BASELINES + VARIANTS))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--fluctuation-seeds", default="",
+                        help="comma-separated machine-fluctuation seeds: one replica of the "
+                        "scenario each (which machines straggle, how speeds drift); default: "
+                        "the cluster spec's")
     args = parser.parse_args()
     scenario = build_scenario({
         "cluster": args.cluster, "trace_name": args.trace, "window_spec": args.window,
@@ -86,13 +94,34 @@ def main() -> None:
         "warmup_days": None, "mode": args.mode, "cycle_s": args.cycle, "no_fluctuation": False,
     })
     names = [n.strip() for n in args.policies.split(",") if n.strip()]
+    seeds = [int(s) for s in args.fluctuation_seeds.split(",") if s.strip()]
+    replicas = [replica(scenario, s) for s in seeds] or [scenario]
+    runs = [(r, n) for r in replicas for n in names]
     with ProcessPoolExecutor(args.workers, get_context("fork")) as pool:
-        results = list(pool.map(run, [scenario] * len(names), names))
-    print_table(results, scenario, Console(width=200))
-    print(f"{'policy':<20} {'avg JCT h':>10} {'fees $':>12} {'wall s':>8} {'unfinished':>10}")
-    for r in results:
-        print(f"{r.policy_id:<20} {r.metrics.avg_jct_s / 3600:>10.2f} "
-              f"{r.metrics.total_fees:>12,.0f} {r.wall_s:>8.0f} {r.unfinished_jobs:>10}")
+        results = list(pool.map(run, *zip(*runs, strict=True)))
+    if len(replicas) == 1:
+        print_table(results, scenario, Console(width=200))
+    print(f"{'policy':<28} {'seed':>6} {'avg JCT h':>10} {'fees $':>12} {'wall s':>8}")
+    for (rep, _), r in zip(runs, results, strict=True):
+        jct, fees = r.metrics.avg_jct_s / 3600, r.metrics.total_fees
+        print(f"{r.policy_id:<28} {rep.spec.fluctuation.seed:>6} {jct:>10.2f} {fees:>12,.0f} "
+              f"{r.wall_s:>8.0f}")
+    if len(replicas) > 1:
+        print_means(names, results, len(names))
+
+
+def replica(scenario: Scenario, seed: int) -> Scenario:
+    spec = replace(scenario.spec, fluctuation=replace(scenario.spec.fluctuation, seed=seed))
+    return replace(scenario, spec=spec)
+
+
+def print_means(names: list[str], results: list[ReplayResult], per_replica: int) -> None:
+    print(f"{'mean over replicas':<28} {'':>6} {'avg JCT h':>10} {'fees $':>12}")
+    for k, name in enumerate(names):
+        mine = results[k::per_replica]
+        jct = statistics.fmean(r.metrics.avg_jct_s / 3600 for r in mine)
+        fees = statistics.fmean(r.metrics.total_fees for r in mine)
+        print(f"{name:<28} {'':>6} {jct:>10.2f} {fees:>12,.0f}")
 
 
 if __name__ == "__main__":

@@ -72,6 +72,7 @@ class PlacementConfig:
     spread_penalty: float = 0.2
     cross_group_penalty: float = 0.25
     packing_weight: float = 0.3  # η
+    whole_node_weight: float = 0.3  # ζ: taking part of a node that was entirely free
     limits: Limits = field(default_factory=Limits)
     # "auto": learn from finished jobs' runtimes only while no measured speeds arrive (live)
     runtime_readings: Literal["auto", "always", "never"] = "auto"
@@ -266,10 +267,11 @@ class RwgpPlacement:
         """The score of running the whole job on each node alone (``inf`` where it may not
         run): the order in which candidate sets take nodes."""
         assert self._nodes is not None
-        lam, eta = self.config.fee_weight, self.config.packing_weight
+        config, capacity = self.config, self._nodes.table.capacity
         g = job.num_gpus
-        left = np.maximum(free - g, 0) / self._nodes.table.capacity
-        cost = (1.0 + lam * g * self._nodes.price) / view.pace * (1.0 + eta * left)
+        fill = 1.0 + config.packing_weight * np.maximum(free - g, 0) / capacity
+        fill += config.whole_node_weight * ((free == capacity) & (free > g))
+        cost = (1.0 + config.fee_weight * g * self._nodes.price) / view.pace * fill
         if job.gpu_type:
             wanted = job.gpu_type.lower()
             allowed = np.array([name == wanted for name in self._nodes.table.type_names])
@@ -302,8 +304,12 @@ class RwgpPlacement:
         cross = len({self._nodes.groups[i] for i in nodes}) > 1
         pace *= self._shape(family, gpus, cross)
         price = sum(g * self._nodes.prices[i] for i, g in zip(nodes, gpus, strict=True))
+        capacity = [self._nodes.capacity[i] for i in nodes]
         left = sum(free[i] for i in nodes) - sum(gpus)
-        fill = 1.0 + config.packing_weight * left / sum(self._nodes.capacity[i] for i in nodes)
+        broken = any(free[i] == c and free[i] > g for i, c, g in zip(nodes, capacity, gpus,
+                                                                      strict=True))
+        fill = 1.0 + config.packing_weight * left / sum(capacity)
+        fill += config.whole_node_weight * broken
         score = (1.0 + config.fee_weight * price) / pace * fill
         return _Score(score, health[0], health[1], pace, price, cross)
 
