@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 PIP_TORCH_ARGS ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv system-deps unit integration typecheck lint bench clean
+.PHONY: demo test venv system-deps unit integration typecheck lint bench train-default clean
 
 demo: $(STAMP)
 	$(VENV)/bin/slurm-rl simulate --report reports/demo
@@ -44,6 +44,14 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/replay_philly.py
+	$(PY) benchmarks/daemon_cycle.py
+	$(PY) benchmarks/rwgp_cycle.py
+	$(PY) benchmarks/ordering_inference.py
+
+# Reproduce the shipped dual-agent bundle (Philly Oct-Nov episodes, Sep validation; ~16 min on
+# 2 cores).
+train-default: $(STAMP)
+	$(VENV)/bin/slurm-rl train --output policies/default
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache .mypy_cache

@@ -14,6 +14,7 @@ from slurm_rl.agents.placement_baselines import (
     RandomFit,
 )
 from slurm_rl.errors import UnknownNameError
+from slurm_rl.paths import REPO_DIR
 from slurm_rl.scheduler import Scheduler, Walk
 
 ORDERING: dict[str, Callable[[], OrderingPolicy]] = {
@@ -47,17 +48,31 @@ def _rwgp(gpu_speed: Mapping[str, float]) -> PlacementPolicy:
     return RwgpPlacement(gpu_speed)
 
 
+#: Learned ordering names: the dual agent's bundle (``rl``) and its no-communication ablation.
+LEARNED_ORDERING = ("rl", "rl-nocomm")
+
+
 def baseline_names() -> list[str]:
-    """Every ordering with first-fit, and FIFO with every placement."""
+    """Every ordering with first-fit, FIFO with every placement, and the shipped dual agent
+    (``rl+rl``) when its bundle is present."""
     placements = ["first-fit", "best-fit", "random", "fastest-gpu", "cheapest-gpu"]
     names = [f"{o}+first-fit" for o in ORDERING]
-    return names + [f"fifo+{p}" for p in placements if p != "first-fit"]
+    names += [f"fifo+{p}" for p in placements if p != "first-fit"]
+    return names + (["rl+rl"] if _default_bundle_exists() else [])
+
+
+def _default_bundle_exists() -> bool:
+    return (REPO_DIR / "policies" / "default" / "meta.json").exists()
 
 
 def make_scheduler(
     name: str, gpu_speed: Mapping[str, float], *, seed: int = 0, walk: Walk = "greedy"
 ) -> Scheduler:
     ordering_name, sep, placement_name = name.partition("+")
+    if sep and (ordering_name in LEARNED_ORDERING or placement_name == "rl"):
+        from slurm_rl.agents.ordering.agent import registry_scheduler
+
+        return registry_scheduler(name, gpu_speed, seed=seed)
     placements = placement_factories(gpu_speed, seed)
     if not sep:
         raise UnknownNameError("policy", name, [f"{o}+{p}" for o in ORDERING for p in placements])
