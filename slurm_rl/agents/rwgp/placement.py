@@ -9,7 +9,8 @@ by the cost the reward charges for running one unit of the job's work on it,
 .. math::
 
     \text{score}(P) = \frac{1 + λ \cdot \text{price}(P)}{\text{pace}(P)}
-                      \cdot \Bigl(1 + η\,\frac{\text{GPUs left free on }P}{\text{GPUs of }P}\Bigr),
+                      \cdot \Bigl(1 + η\,\frac{\text{GPUs left free on }P}{\text{GPUs of }P}
+                      + ζ\,[P \text{ takes part of an entirely free node}]\Bigr),
     \qquad
     \text{pace}(P) = \bigl(E[m_P] - κ\,\text{sd}[m_P]\bigr) \cdot \text{spread}(P)
 
@@ -21,10 +22,11 @@ members' Gaussians come from Clark's (1961) moment matching, taking members as i
 the throughput of the shape relative to one node (a measured spread model if given, else
 ``(1 − p_s)^{|P|−1} (1 − p_g)^{[P spans host groups]}``), ``price`` is the set's GPU-hour
 price (fees = runtime × price, so ``λ · price / pace`` is the fee per unit of work, with ``λ``
-as in the reward ``−(JCT hours + λ · fees)``), and ``η`` prices the GPUs a set leaves free
-on its nodes (best-fit packing: a small job on a fresh whole node leaves a hole where the next
-large job needed the whole node; under load that costs more than a few per cent of machine
-speed, while a straggler still loses to an empty healthy node). The lowest score wins.
+as in the reward ``−(JCT hours + λ · fees)``), and ``η``, ``ζ`` price fragmentation: the GPUs
+a set leaves free on its nodes (best-fit packing) and breaking into a whole free node, which a
+large job may need whole. Both are small (0.1): they order nodes of one type whose predicted
+speeds differ by a few per cent of noise, and never outweigh a straggler or a faster type.
+The lowest score wins.
 
 The policy only ever returns a node set, so it works unchanged in the simulator's ``direct``
 mode (the set starts at once) and ``slurm`` mode, and live, where the actuator turns it into
@@ -71,8 +73,8 @@ class PlacementConfig:
     # measured penalties (docs/performance-model.md §4) weighted by Philly's GPU time per family
     spread_penalty: float = 0.2
     cross_group_penalty: float = 0.25
-    packing_weight: float = 0.3  # η
-    whole_node_weight: float = 0.3  # ζ: taking part of a node that was entirely free
+    packing_weight: float = 0.1  # η
+    whole_node_weight: float = 0.1  # ζ: taking part of a node that was entirely free
     limits: Limits = field(default_factory=Limits)
     # "auto": learn from finished jobs' runtimes only while no measured speeds arrive (live)
     runtime_readings: Literal["auto", "always", "never"] = "auto"
