@@ -114,7 +114,8 @@ class SchedulingEnv(gym.Env[np.ndarray, int]):
     def _job_features(self, job: Job, snapshot: ClusterSnapshot) -> list[float]:
         limit = job.time_limit or 3600.0
         fits = job.num_gpus <= max(snapshot.free_gpus, default=0)
-        return [1.0, math.log1p(job.num_gpus), math.log1p(max(0.0, snapshot.time - job.submit_time)),
+        wait = max(0.0, snapshot.time - job.submit_time)
+        return [1.0, math.log1p(job.num_gpus), math.log1p(wait),
                 math.log1p(limit), float(fits)]
 
     def _cluster_features(self, snapshot: ClusterSnapshot) -> list[float]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict, deque
-from collections.abc import Sequence
 from statistics import median
 
 import numpy as np

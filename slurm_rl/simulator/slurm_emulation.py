@@ -17,7 +17,6 @@ slurmctld 22.05 with ``sched/backfill`` would:
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -224,7 +223,8 @@ def _reserve(
             future[node] += gpus
         placement = place_in_order(job, cluster, future, range(len(cluster.nodes)))
         if placement is not None:
-            nodes = {cluster.index(n): g for n, g in zip(placement.nodes, placement.gpus, strict=True)}
+            pairs = zip(placement.nodes, placement.gpus, strict=True)
+            nodes = {cluster.index(n): g for n, g in pairs}
             return _Reservation(start=max(now, shape.limit_end), gpus_by_node=nodes)
     return None
 

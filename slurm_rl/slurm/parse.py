@@ -18,7 +18,6 @@ mistyped field we need, truncated JSON or a non-empty ``errors`` list raises
 from __future__ import annotations
 
 import functools
-
 import json
 from collections.abc import Mapping
 from typing import Any

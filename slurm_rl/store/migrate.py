@@ -3,11 +3,11 @@ package so an installed daemon can upgrade its store), run programmatically."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import Engine
-
-from pathlib import Path
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 

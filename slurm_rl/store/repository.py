@@ -91,7 +91,9 @@ class Store:
                 added += 1
         return added
 
-    def _add_new_jobs(self, session: Session, cluster: str, jobs: Iterable[Job], seen: float) -> None:
+    def _add_new_jobs(
+        self, session: Session, cluster: str, jobs: Iterable[Job], seen: float
+    ) -> None:
         for job in jobs:
             key = job_key(cluster, job.job_id)
             if key in self._known_jobs:
@@ -114,7 +116,9 @@ class Store:
             return len(session.scalars(select(model)).all())
 
 
-def _cycle_row(snapshot: ClusterSnapshot, decision: Decision, mode: str, duration: float) -> CycleRow:
+def _cycle_row(
+    snapshot: ClusterSnapshot, decision: Decision, mode: str, duration: float
+) -> CycleRow:
     return CycleRow(
         cluster=snapshot.cluster.name,
         snapshot_time=snapshot.time,
