@@ -39,6 +39,7 @@ from numpy.typing import NDArray
 
 from slurm_rl.agents.ordering_baselines import account_of
 from slurm_rl.core import Cluster, ClusterSnapshot, FinishedJob, Job, JobId
+from slurm_rl.stats import RunningMoments
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -84,25 +85,6 @@ def log1p_hours(seconds: FloatArray | float) -> FloatArray:
 
 
 @dataclass
-class _Moments:
-    """Running mean and variance (Welford)."""
-
-    count: int = 0
-    mean: float = 0.0
-    m2: float = 0.0
-
-    def add(self, value: float) -> None:
-        self.count += 1
-        delta = value - self.mean
-        self.mean += delta / self.count
-        self.m2 += delta * (value - self.mean)
-
-    @property
-    def std(self) -> float:
-        return math.sqrt(self.m2 / (self.count - 1)) if self.count > 1 else 0.0
-
-
-@dataclass
 class RuntimeHistory:
     """Runtime statistics of finished jobs, per account (see the module docstring)."""
 
@@ -111,8 +93,8 @@ class RuntimeHistory:
     _by_key: dict[tuple[str, int], deque[float]] = field(default_factory=dict)
     _by_account: dict[str, deque[float]] = field(default_factory=dict)
     _all: deque[float] = field(default_factory=lambda: deque(maxlen=200))
-    _log_runtime: dict[str, _Moments] = field(default_factory=dict)
-    _limit_use: dict[str, _Moments] = field(default_factory=dict)
+    _log_runtime: dict[str, RunningMoments] = field(default_factory=dict)
+    _limit_use: dict[str, RunningMoments] = field(default_factory=dict)
     _cache: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def add(self, done: FinishedJob) -> None:
@@ -121,9 +103,9 @@ class RuntimeHistory:
         self._recent(self._by_key, (account, done.job.num_gpus)).append(runtime)
         self._recent(self._by_account, account).append(runtime)
         self._all.append(runtime)
-        self._log_runtime.setdefault(account, _Moments()).add(math.log(runtime))
+        self._log_runtime.setdefault(account, RunningMoments()).add(math.log(runtime))
         if done.job.time_limit:
-            self._limit_use.setdefault(account, _Moments()).add(
+            self._limit_use.setdefault(account, RunningMoments()).add(
                 math.log(runtime / done.job.time_limit)
             )
         self._cache.clear()

@@ -20,30 +20,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from slurm_rl.core import Cluster, FinishedJob, SpeedObservation
+from slurm_rl.stats import RunningMoments
 
 _Key = tuple[str, str, int]
-
-
-@dataclass
-class _Stats:
-    """Welford running mean and variance of log runtime."""
-
-    count: int = 0
-    mean: float = 0.0
-    m2: float = 0.0
-
-    def add(self, value: float) -> None:
-        self.count += 1
-        delta = value - self.mean
-        self.mean += delta / self.count
-        self.m2 += delta * (value - self.mean)
-
-    @property
-    def variance(self) -> float:
-        return self.m2 / (self.count - 1) if self.count > 1 else math.inf
 
 
 class RuntimeReference:
@@ -52,7 +33,7 @@ class RuntimeReference:
     def __init__(self, min_jobs: int = 5, min_variance: float = 0.01) -> None:
         self.min_jobs = min_jobs
         self.min_variance = min_variance
-        self._stats: dict[_Key, _Stats] = {}
+        self._stats: dict[_Key, RunningMoments] = {}
 
     def readings(
         self, finished: Sequence[FinishedJob], cluster: Cluster
@@ -65,7 +46,7 @@ class RuntimeReference:
             key = self._key(done, cluster)
             if runtime <= 0 or key is None or done.state != "COMPLETED":
                 continue
-            stats = self._stats.setdefault(key, _Stats())
+            stats = self._stats.setdefault(key, RunningMoments())
             if stats.count >= self.min_jobs:
                 speed = math.exp(stats.mean - math.log(runtime))
                 observations.append(
