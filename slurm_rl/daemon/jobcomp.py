@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from slurm_rl.core import FinishedJob, Job, Placement
-from slurm_rl.slurm.scontrol import parse_pairs
+from slurm_rl.slurm.scontrol import parse_local_time, parse_pairs
 from slurm_rl.store.models import JobRow
 from slurm_rl.store.repository import Store, job_key
 
@@ -46,16 +45,6 @@ class CompletedJob:
     end_time: float
     nodes: tuple[str, ...]
     exit_code: int | None
-
-
-def _local_time(value: str) -> float | None:
-    """jobcomp/filetxt writes local time, like scontrol: ``2026-11-29T17:25:08``."""
-    if value in _UNSET:
-        return None
-    try:
-        return time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        return None
 
 
 def _exit_code(value: str) -> int | None:
@@ -78,8 +67,8 @@ def _nodes(value: str) -> tuple[str, ...]:
 def parse_line(line: str) -> CompletedJob | None:
     """The job a log line describes; None for a job that never ran or a line we cannot use."""
     pairs = parse_pairs(line.strip())
-    start = _local_time(pairs.get("StartTime", ""))
-    end = _local_time(pairs.get("EndTime", ""))
+    start = parse_local_time(pairs.get("StartTime", ""))
+    end = parse_local_time(pairs.get("EndTime", ""))
     nodes = _nodes(pairs.get("NodeList", ""))
     job_id = pairs.get("JobId", "")
     if not job_id or start is None or end is None or not nodes:

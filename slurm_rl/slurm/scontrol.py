@@ -45,8 +45,9 @@ def parse_records(text: str, first_key: str) -> list[dict[str, str]]:
     return records
 
 
-def _time(value: str) -> float | None:
-    """scontrol prints local time as ``2026-11-29T16:35:28``."""
+def parse_local_time(value: str) -> float | None:
+    """Slurm's text outputs (scontrol, jobcomp/filetxt) print local time as
+    ``2026-11-29T16:35:28``; unset or unparsable values give None."""
     if value in _UNSET:
         return None
     try:
@@ -114,9 +115,9 @@ def job_from_pairs(pairs: Mapping[str, str], where: str) -> ScontrolJob:
         nodes=_hostlist(pairs.get("NodeList", ""), where),
         min_nodes=lo,
         max_nodes=hi,
-        submit_time=_time(pairs.get("SubmitTime", "")),
-        eligible_time=_time(pairs.get("EligibleTime", "")),
-        start_time=_time(pairs.get("StartTime", "")),
+        submit_time=parse_local_time(pairs.get("SubmitTime", "")),
+        eligible_time=parse_local_time(pairs.get("EligibleTime", "")),
+        start_time=parse_local_time(pairs.get("StartTime", "")),
         admin_comment=_unset_empty(pairs.get("AdminComment", "")),
         tres_per_node=pairs.get("TresPerNode", ""),
         tres_per_job=pairs.get("TresPerJob", ""),
