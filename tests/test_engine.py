@@ -60,7 +60,7 @@ def _assert_conserved(sim, jobs) -> None:
     prices = {n.name: n.price_per_gpu_hour for n in sim.cluster.nodes}
     for o in sim.outcomes:
         assert sum(o.gpu_seconds.values()) == pytest.approx(sum(o.gpus) * o.runtime)
-        fee = sum(g * o.runtime * prices[n] / 3600 for n, g in zip(o.nodes, o.gpus))
+        fee = sum(g * o.runtime * prices[n] / 3600 for n, g in zip(o.nodes, o.gpus, strict=True))
         assert o.fee == pytest.approx(fee)
         assert o.start >= o.job.submit_time
         assert sum(o.gpus) == o.job.num_gpus
@@ -70,7 +70,7 @@ def _assert_no_gpu_overcommit(sim) -> None:
     capacity = {n.name: n.gpus for n in sim.cluster.nodes}
     events = []
     for o in sim.outcomes:
-        for node, gpus in zip(o.nodes, o.gpus):
+        for node, gpus in zip(o.nodes, o.gpus, strict=True):
             events += [(o.start, 1, node, gpus), (o.end, 0, node, -gpus)]  # ends before starts
     used = dict.fromkeys(capacity, 0)
     for _, _, node, delta in sorted(events):

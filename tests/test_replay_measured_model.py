@@ -7,9 +7,9 @@ import pytest
 
 from slurm_rl.agents.registry import make_scheduler
 from slurm_rl.scenario import Scenario, build_simulation, replay
-from slurm_rl.simulator.perfmodel import datasheet_gpu_speeds as gpu_speed_table
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
 from slurm_rl.simulator.engine import SimConfig
+from slurm_rl.simulator.perfmodel import datasheet_gpu_speeds as gpu_speed_table
 from slurm_rl.traces import synthetic_philly
 
 
@@ -30,7 +30,8 @@ def test_conservation_and_lower_bound(trace, mode, policy):
     prices = {n.name: n.price_per_gpu_hour for n in scenario.cluster.nodes}
     for o in result.outcomes:
         assert sum(o.gpu_seconds.values()) == pytest.approx(sum(o.gpus) * o.runtime)
-        expected_fee = sum(g * o.runtime * prices[n] / 3600 for n, g in zip(o.nodes, o.gpus))
+        members = zip(o.nodes, o.gpus, strict=True)
+        expected_fee = sum(g * o.runtime * prices[n] / 3600 for n, g in members)
         assert o.fee == pytest.approx(expected_fee)
         assert o.runtime >= o.best_runtime * (1 - 1e-9)  # no job beats its best case
     assert result.metrics.avg_jct_s >= result.metrics.jct_lower_bound_s

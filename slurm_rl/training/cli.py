@@ -13,6 +13,7 @@ from rich.console import Console
 from slurm_rl.agents.ordering.agent import CHOOSERS, default_bundle_path, load_bundle
 from slurm_rl.errors import InputError
 from slurm_rl.training.evaluate import PLACEMENTS
+from slurm_rl.training.pool import BACKENDS
 
 console = Console()
 
@@ -55,6 +56,8 @@ _DEFAULT_WINDOWS = {"philly": "2017-12"}
               type=click.IntRange(min=1), help="PPO epochs over each iteration's decisions.")
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1),
               help="Rollout and validation processes.")
+@click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
+              help="Rollout workers: local processes or Ray actors (auto: Ray when installed).")
 @click.option("--run-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("reports/runs"), show_default=True,
               help="Curves and logs go here.")

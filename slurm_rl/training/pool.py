@@ -3,7 +3,12 @@
 Each worker loads the trace and the cluster once. An episode's outcome depends only on the
 weights, the rollout configuration and its :class:`~.rollout.EpisodeSpec` (which carries its
 seed), and results come back in submission order, so a run gives the same episodes with any
-number of workers. (Ray is not used yet: docs/training.md, "Not done yet".)
+number of workers.
+
+Two backends run the workers: local processes (``processes``, the standard library's pool) and
+Ray actors (``ray``, when Ray is installed: the same rollouts on a Ray cluster, or on this
+machine's cores when no cluster is configured). ``auto`` takes Ray when it can be imported.
+Either way each worker holds one :class:`World` and episodes come back in submission order.
 """
 
 from __future__ import annotations
@@ -14,11 +19,13 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
 from slurm_rl.agents.ordering.network import DualNetwork, NetworkConfig
+from slurm_rl.errors import InputError
 from slurm_rl.scenario import Scenario, build_simulation
 from slurm_rl.simulator.cluster_spec import ClusterSpec, load_cluster_spec
 from slurm_rl.simulator.engine import SimConfig
@@ -56,6 +63,9 @@ class World:
                                                    seed=spec.seed))
 
 
+Backend = Literal["auto", "processes", "ray"]
+BACKENDS: tuple[Backend, ...] = ("auto", "processes", "ray")
+
 _world: World | None = None
 
 
@@ -68,25 +78,98 @@ def _init_worker(world: WorldSpec, threads: int) -> None:
 def _episode(state: Mapping[str, Tensor], network: NetworkConfig, config: RolloutConfig,
              spec: EpisodeSpec) -> Episode:
     assert _world is not None, "worker not initialised"
+    return _run(_world, state, network, config, spec)
+
+
+def _run(world: World, state: Mapping[str, Tensor], network: NetworkConfig,
+         config: RolloutConfig, spec: EpisodeSpec) -> Episode:
     model = DualNetwork(network)
     model.load_state_dict(state)
     model.eval()
-    return run_episode(model, build_simulation(_world.scenario(spec)), _world.gpu_speed, config,
+    return run_episode(model, build_simulation(world.scenario(spec)), world.gpu_speed, config,
                        spec)
+
+
+class EpisodeWorker:
+    """One Ray actor's state: its world, loaded once (the process pool's ``_init_worker``)."""
+
+    def __init__(self, world: WorldSpec, threads: int) -> None:
+        torch.set_num_threads(threads)
+        self.world = World.load(world)
+
+    def run(self, state: Mapping[str, Tensor], network: NetworkConfig, config: RolloutConfig,
+            spec: EpisodeSpec) -> Episode:
+        return _run(self.world, state, network, config, spec)
+
+
+def ray_available() -> bool:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_backend(backend: Backend, workers: int) -> Literal["inline", "processes", "ray"]:
+    """Where episodes run: inline for one worker, else the named backend (``auto``: Ray when
+    installed). Asking for Ray without it is an error, not a silent fallback."""
+    if workers <= 1:
+        return "inline"
+    if backend == "ray" and not ray_available():
+        raise InputError("--backend ray: Ray is not installed (pip install 'slurm-rl[ray]')")
+    if backend == "ray" or (backend == "auto" and ray_available()):
+        return "ray"
+    return "processes"
+
+
+class _RayWorkers:
+    """``workers`` Ray actors fed round robin; results in submission order."""
+
+    def __init__(self, world: WorldSpec, workers: int, threads: int) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+        actor: Any = ray.remote(num_cpus=1)(EpisodeWorker)
+        self._ray = ray
+        self._actors: list[Any] = [actor.remote(world, threads) for _ in range(workers)]
+
+    def submit(self, state: Mapping[str, Tensor], network: NetworkConfig,
+               config: RolloutConfig, specs: Sequence[EpisodeSpec]) -> list[Any]:
+        shared = self._ray.put(dict(state))
+        return [self._actors[i % len(self._actors)].run.remote(shared, network, config, spec)
+                for i, spec in enumerate(specs)]
+
+    def gather(self, refs: list[Any], on_done: Callable[[Episode], None] | None) -> list[Episode]:
+        episodes: list[Episode] = self._ray.get(refs)
+        if on_done is not None:
+            for episode in episodes:
+                on_done(episode)
+        return episodes
+
+    def close(self) -> None:
+        for actor in self._actors:
+            self._ray.kill(actor)
+        self._actors = []
 
 
 class RolloutPool:
     """Runs episodes of the current weights; a context manager (closes its workers)."""
 
-    def __init__(self, world: WorldSpec, workers: int, threads: int = 1) -> None:
+    def __init__(self, world: WorldSpec, workers: int, threads: int = 1,
+                 backend: Backend = "processes") -> None:
         self.world_spec = world
         self.workers = workers
-        self._threads = threads
+        self.backend = resolve_backend(backend, workers)
         self._world: World | None = None
         self._pool: ProcessPoolExecutor | None = None
-        if workers > 1:
+        self._ray: _RayWorkers | None = None
+        if self.backend == "processes":
             context = multiprocessing.get_context("spawn")
             self._pool = ProcessPoolExecutor(workers, context, _init_worker, (world, threads))
+        elif self.backend == "ray":
+            self._ray = _RayWorkers(world, workers, threads)
         else:
             self._world = World.load(world)
 
@@ -99,9 +182,12 @@ class RolloutPool:
 
     def collect(self, network: DualNetwork, config: RolloutConfig, specs: Sequence[EpisodeSpec],
                 on_done: Callable[[Episode], None] | None = None) -> list[Episode]:
+        state = {k: v.detach().clone() for k, v in network.state_dict().items()}
+        if self._ray is not None:
+            return self._ray.gather(self._ray.submit(state, network.config, config, specs),
+                                    on_done)
         if self._pool is None:
             return [self._inline(network, config, spec, on_done) for spec in specs]
-        state = {k: v.detach().clone() for k, v in network.state_dict().items()}
         futures: list[Future[Episode]] = [
             self._pool.submit(_episode, state, network.config, config, spec) for spec in specs
         ]
@@ -123,6 +209,9 @@ class RolloutPool:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
+        if self._ray is not None:
+            self._ray.close()
+            self._ray = None
 
     def __enter__(self) -> RolloutPool:
         return self

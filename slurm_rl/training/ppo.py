@@ -52,7 +52,7 @@ from slurm_rl.training.objectives import (
     gae,
     plackett_luce_logp,
 )
-from slurm_rl.training.pool import RolloutPool, WorldSpec
+from slurm_rl.training.pool import Backend, RolloutPool, WorldSpec
 from slurm_rl.training.rollout import Episode, RolloutConfig, Step, observation_tensors
 from slurm_rl.training.validation import Checkpoint, Validator
 
@@ -61,7 +61,8 @@ from slurm_rl.training.validation import Checkpoint, Validator
 class Args:
     exp_name: str = "dual-agent"
     seed: int = 1
-    workers: int = 2  # rollout processes
+    workers: int = 2  # rollout workers
+    backend: Backend = "auto"  # processes, or Ray actors ("auto": Ray when installed)
     torch_threads: int = 1  # per process
     # the world
     trace: str = "philly"
@@ -114,7 +115,7 @@ def train(args: Args) -> Path:
     # ----- the world --------------------------------------------------------------------
     check_not_held_out(args.trace, args.train_window, args.validation_window)
     world = WorldSpec(args.trace, args.cluster)
-    pool = RolloutPool(world, args.workers, args.torch_threads)
+    pool = RolloutPool(world, args.workers, args.torch_threads, args.backend)
     sampler = EpisodeSampler(pool.world.trace, args.train_window, args.warmup_days,
                              args.episode_days)
     validator = Validator(world, args.validation_window, args.fee_weight, args.chooser,
