@@ -40,6 +40,16 @@ class Scenario:
     def cluster(self) -> Cluster:
         return self.spec.cluster
 
+    def replica(self, offset: int) -> Scenario:
+        """The same scenario with other random draws: the machine fluctuation's seed and the
+        simulator's (speed-reading noise) each moved by ``offset``; ``replica(0)`` is this one.
+        Replicas measure how much of a difference between policies is luck."""
+        if offset == 0:
+            return self
+        spec = replace(self.spec, fluctuation=replace(
+            self.spec.fluctuation, seed=self.spec.fluctuation.seed + offset))
+        return replace(self, spec=spec, sim=replace(self.sim, seed=self.sim.seed + offset))
+
     def runnable_jobs(self) -> tuple[list[Job], int]:
         """The trace's jobs that can run on this cluster at all, and how many cannot."""
         sizes = _node_sizes_by_type(self.cluster)

@@ -199,3 +199,20 @@ def test_placement_honours_the_requested_gpu_type():
     placement = place_in_order(typed, cluster, [8, 8, 4, 4], range(4))
     assert placement is not None and placement.nodes == ("v100-0",)
     assert place_in_order(typed, cluster, [8, 8, 0, 1], range(4)) is None
+
+
+def test_a_replica_moves_the_fluctuation_and_noise_seeds_and_changes_speeds():
+    from slurm_rl.scenario import Scenario
+    from slurm_rl.simulator.cluster_spec import load_cluster_spec
+    from slurm_rl.simulator.fluctuation import MachineFluctuation
+    from slurm_rl.traces import synthetic_philly
+
+    trace = synthetic_philly(days=0.1, seed=3)
+    scenario = Scenario(load_cluster_spec("philly-hetero"), trace)
+    assert scenario.replica(0) is scenario
+    other = scenario.replica(2)
+    assert other.spec.fluctuation.seed == scenario.spec.fluctuation.seed + 2
+    assert other.sim.seed == scenario.sim.seed + 2 and other.trace is trace
+    n = len(scenario.cluster.nodes)
+    speeds = [MachineFluctuation(n, s.spec.fluctuation).factors for s in (scenario, other)]
+    assert not np.allclose(speeds[0], speeds[1])

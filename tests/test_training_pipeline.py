@@ -64,11 +64,18 @@ def test_evaluate_reports_every_policy_and_a_verdict(trained: Path, tmp_path: Pa
         "--bundle", str(trained / "bundle"), "--trace", "synthetic",
         "--window", "2017-09-05T00:00:00:2017-09-05T02:00:00", "--placements",
         "first-fit,fastest-gpu", "--workers", "1", "--report", str(tmp_path / "report"),
+        "--replicas", "2",
     ], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     verdict = json.loads((tmp_path / "report" / "evaluation.json").read_text())
     assert [r["ordering"] for r in verdict["rows"]] == ["fifo", "qssf", "multifactor"]
     assert isinstance(verdict["met"], bool)
+    assert verdict["replicas"] == 2 and len(set(verdict["fluctuation_seeds"])) == 2
+    for policy in verdict["policies"]:  # the mean is the mean of the replicas shown
+        each = policy["avg_jct_h_per_replica"]
+        assert len(each) == 2 and policy["avg_jct_h"] == pytest.approx(sum(each) / 2)
+    for row in verdict["rows"]:
+        assert len(row["jct_gain_per_replica"]) == 2
     report = (tmp_path / "report" / "report.md").read_text()
     for label in ("sjf-oracle+fastest-gpu", "dual-agent", "ordering-agent-only",
                   "placement-agent-only", "no-communication"):

@@ -97,12 +97,15 @@ def train_command(**options: Any) -> None:
 @click.option("--workers", default=None, type=click.IntRange(min=1),
               help="Parallel replays (default: number of cores).")
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Replay each policy under this many machine-fluctuation seeds (the "
+                   "cluster's, then +1, +2, ...); the verdict compares the means.")
 def evaluate_command(**options: Any) -> None:
     """Replay held-out windows with the dual agent, its ablations and every baseline."""
     import os
 
     from slurm_rl.simulate_command import build_scenario
-    from slurm_rl.training.evaluate import evaluation_specs, replay_policies, write_evaluation
+    from slurm_rl.training.evaluate import evaluation_specs, replay_replicas, write_evaluation
 
     bundle = options["bundle"] or default_bundle_path()
     meta = load_bundle(bundle).meta  # fail early, with one line, on a bad bundle
@@ -120,8 +123,9 @@ def evaluate_command(**options: Any) -> None:
                              ablations=not options["no_ablations"],
                              no_comm_bundle=str(options["no_comm_bundle"] or "") or None)
     workers = options["workers"] or os.cpu_count() or 1
-    results = replay_policies(scenario, specs, workers, progress=True)
-    path = write_evaluation(results, scenario, options["report_dir"], meta)
+    scenarios = [scenario.replica(k) for k in range(options["replicas"])]
+    results = replay_replicas(scenarios, specs, workers, progress=True)
+    path = write_evaluation(results, scenarios, options["report_dir"], meta)
     verdict = json.loads((options["report_dir"] / "evaluation.json").read_text())
     console.print(path.read_text(), highlight=False)
     console.print(f"criteria {'met' if verdict['met'] else 'not met'}; report: {path}",

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import statistics
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -87,20 +89,31 @@ def _replay(scenario: Scenario, spec: PolicySpec) -> ReplayResult:
 def replay_policies(scenario: Scenario, specs: Sequence[PolicySpec], workers: int, *,
                     progress: bool = False) -> list[ReplayResult]:
     """Replays in worker processes (spawned: torch and fork do not mix), in order."""
+    return replay_replicas([scenario], specs, workers, progress=progress)[0]
+
+
+def replay_replicas(scenarios: Sequence[Scenario], specs: Sequence[PolicySpec], workers: int, *,
+                    progress: bool = False) -> list[list[ReplayResult]]:
+    """Every policy on every scenario (one list per scenario, policies in order), all in one
+    pool so that replicas run side by side."""
+    tasks = [(scenario, spec) for scenario in scenarios for spec in specs]
     if workers <= 1:
-        return [_replay(scenario, spec) for spec in specs]
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(min(workers, len(specs)), context) as pool:
-        futures = [pool.submit(_replay, scenario, spec) for spec in specs]
-        _wait(futures, progress)
-        return [f.result() for f in futures]
+        flat = [_replay(scenario, spec) for scenario, spec in tasks]
+    else:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(min(workers, len(tasks)), context) as pool:
+            futures = [pool.submit(_replay, scenario, spec) for scenario, spec in tasks]
+            _wait(futures, progress)
+            flat = [f.result() for f in futures]
+    n = len(specs)
+    return [flat[i * n:(i + 1) * n] for i in range(len(scenarios))]
 
 
 def _wait(futures: list[Future[ReplayResult]], progress: bool) -> None:
     columns = (TextColumn("{task.description}"), BarColumn(),
                TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
     with Progress(*columns, disable=not progress, transient=True) as bar:
-        task = bar.add_task(f"replaying {len(futures)} policies", total=len(futures))
+        task = bar.add_task(f"{len(futures)} replays", total=len(futures))
         while not all(f.done() for f in futures):
             bar.update(task, completed=sum(f.done() for f in futures))
             time.sleep(0.5)
@@ -124,56 +137,106 @@ def evaluation_specs(bundle: str, *, placements: Sequence[str] = PLACEMENTS,
 # ----- the verdict -----------------------------------------------------------------------
 
 
-def _best(results: Sequence[ReplayResult], ordering: str, key: str) -> ReplayResult | None:
-    mine = [r for r in results if r.policy_id.split("+")[0] == ordering]
+@dataclass(frozen=True)
+class PolicyRuns:
+    """One policy's replays, one per replica (same order for every policy); the verdict
+    compares means over replicas and shows each replica's gain beside them."""
+
+    policy_id: str
+    runs: tuple[ReplayResult, ...]
+
+    @property
+    def jct_s(self) -> float:
+        return statistics.fmean(r.metrics.avg_jct_s for r in self.runs)
+
+    @property
+    def fees(self) -> float:
+        return statistics.fmean(r.metrics.total_fees for r in self.runs)
+
+    @property
+    def queue_s(self) -> float:
+        return statistics.fmean(r.metrics.avg_queueing_s for r in self.runs)
+
+
+def by_policy(results: Sequence[Sequence[ReplayResult]]) -> list[PolicyRuns]:
+    """Per-replica result lists (as :func:`replay_replicas` returns them) regrouped by policy."""
+    return [PolicyRuns(runs[0].policy_id, tuple(runs)) for runs in zip(*results, strict=True)]
+
+
+def _best(policies: Sequence[PolicyRuns], ordering: str, key: str) -> PolicyRuns | None:
+    mine = [p for p in policies if p.policy_id.split("+")[0] == ordering]
     if not mine:
         return None
-    if key == "fees":
-        return min(mine, key=lambda r: r.metrics.total_fees)
-    return min(mine, key=lambda r: r.metrics.avg_jct_s)
+    return min(mine, key=attrgetter("fees" if key == "fees" else "jct_s"))
 
 
-def verdict(results: Sequence[ReplayResult]) -> dict[str, Any]:
+def _gains(agent: PolicyRuns, other: PolicyRuns) -> dict[str, Any]:
+    pairs = list(zip(agent.runs, other.runs, strict=True))
+    return {
+        "jct_gain": 1.0 - agent.jct_s / other.jct_s,
+        "fee_gain": 1.0 - agent.fees / other.fees,
+        "jct_gain_per_replica": [1.0 - a.metrics.avg_jct_s / b.metrics.avg_jct_s
+                                 for a, b in pairs],
+        "fee_gain_per_replica": [1.0 - a.metrics.total_fees / b.metrics.total_fees
+                                 for a, b in pairs],
+    }
+
+
+def verdict(policies: Sequence[PolicyRuns]) -> dict[str, Any]:
     """The dual agent against each realisable ordering with its best placement (module
-    docstring); the lowest-fee placement of each ordering is reported as a stricter check."""
-    agent = next((r for r in results if r.policy_id == "dual-agent"), None)
+    docstring), on means over replicas; the lowest-fee placement of each ordering is reported
+    as a stricter check."""
+    agent = next((p for p in policies if p.policy_id == "dual-agent"), None)
     rows: list[dict[str, Any]] = []
     for ordering in REALISABLE_ORDERING:
-        best, cheapest = _best(results, ordering, "jct"), _best(results, ordering, "fees")
+        best, cheapest = _best(policies, ordering, "jct"), _best(policies, ordering, "fees")
         if agent is None or best is None or cheapest is None:
             continue
-        jct_gain = 1.0 - agent.metrics.avg_jct_s / best.metrics.avg_jct_s
-        fee_gain = 1.0 - agent.metrics.total_fees / best.metrics.total_fees
+        gains = _gains(agent, best)
         rows.append({"ordering": ordering, "baseline": best.policy_id,
-                     "baseline_jct_h": best.metrics.avg_jct_s / HOUR,
-                     "baseline_fees": best.metrics.total_fees,
-                     "jct_gain": jct_gain, "fee_gain": fee_gain,
-                     "met": jct_gain >= JCT_TARGET and fee_gain > 0.0,
-                     "cheapest": cheapest.policy_id, "cheapest_fees": cheapest.metrics.total_fees,
-                     "fee_gain_vs_cheapest": 1.0 - agent.metrics.total_fees
-                     / cheapest.metrics.total_fees})
-    return {"agent_jct_h": agent.metrics.avg_jct_s / HOUR if agent else None,
-            "agent_fees": agent.metrics.total_fees if agent else None,
+                     "baseline_jct_h": best.jct_s / HOUR, "baseline_fees": best.fees, **gains,
+                     "met": gains["jct_gain"] >= JCT_TARGET and gains["fee_gain"] > 0.0,
+                     "cheapest": cheapest.policy_id, "cheapest_fees": cheapest.fees,
+                     "fee_gain_vs_cheapest": 1.0 - agent.fees / cheapest.fees})
+    return {"replicas": len(agent.runs) if agent else 0,
+            "agent_jct_h": agent.jct_s / HOUR if agent else None,
+            "agent_fees": agent.fees if agent else None,
             "rows": rows, "met": bool(rows) and all(r["met"] for r in rows),
             "beats_all": bool(rows) and all(r["jct_gain"] > 0.0 and r["fee_gain"] > 0.0
                                             for r in rows)}
 
 
-def write_evaluation(results: Sequence[ReplayResult], scenario: Scenario, directory: Path,
-                     bundle_meta: Mapping[str, Any]) -> Path:
-    """``report.md`` (every policy, plots), ``evaluation.md`` and ``evaluation.json``."""
-    write_report(results, scenario, directory)
-    outcome = verdict(results)
+def write_evaluation(results: Sequence[Sequence[ReplayResult]], scenarios: Sequence[Scenario],
+                     directory: Path, bundle_meta: Mapping[str, Any]) -> Path:
+    """``report.md`` (every policy on the first replica, plots), ``evaluation.md`` (means
+    over replicas, each replica's gains) and ``evaluation.json``."""
+    write_report(results[0], scenarios[0], directory)
+    policies = by_policy(results)
+    outcome = verdict(policies)
+    scenario = scenarios[0]
+    seeds = [s.spec.fluctuation.seed for s in scenarios]
     payload = {"scenario": scenario.trace.name, "cluster": scenario.cluster.name,
-               "mode": scenario.sim.mode, "bundle": dict(bundle_meta), **outcome}
+               "mode": scenario.sim.mode, "fluctuation_seeds": seeds,
+               "bundle": dict(bundle_meta), **outcome,
+               "policies": [{"policy": p.policy_id, "avg_jct_h": p.jct_s / HOUR,
+                             "fees": p.fees,
+                             "avg_jct_h_per_replica": [r.metrics.avg_jct_s / HOUR
+                                                       for r in p.runs],
+                             "fees_per_replica": [r.metrics.total_fees for r in p.runs]}
+                            for p in policies]}
     (directory / "evaluation.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
     path = directory / "evaluation.md"
-    path.write_text(_markdown(results, scenario, outcome, bundle_meta))
+    path.write_text(_markdown(policies, scenario, seeds, outcome, bundle_meta))
     return path
 
 
-def _markdown(results: Sequence[ReplayResult], scenario: Scenario, outcome: Mapping[str, Any],
-              meta: Mapping[str, Any]) -> str:
+def _percent(values: Sequence[float]) -> str:
+    return ", ".join(f"{100 * v:+.1f}" for v in values)
+
+
+def _markdown(policies: Sequence[PolicyRuns], scenario: Scenario, seeds: Sequence[int],
+              outcome: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
+    replicas = len(seeds)
     lines = [f"# Evaluation: {scenario.trace.name} on {scenario.cluster.name}, "
              f"{scenario.sim.mode} mode", "",
              "The dual agent is our reconstruction of the KDD 2023 paper's design (only its "
@@ -181,13 +244,19 @@ def _markdown(results: Sequence[ReplayResult], scenario: Scenario, outcome: Mapp
              f"Bundle: trained with λ = {meta.get('fee_weight')}, seed {meta.get('seed')}, "
              f"windows {meta.get('training', {}).get('train_window')} (validation "
              f"{meta.get('training', {}).get('validation_window')}).", "",
+             f"{replicas} replica(s): machine-fluctuation seeds {', '.join(map(str, seeds))} "
+             "(each also moves the speed-reading noise). Figures are means over replicas; "
+             "the per-replica gains show how much is luck.", "",
              "| realisable ordering | with its best placement | avg JCT h | fees | dual-agent "
-             "JCT gain | dual-agent fee gain | met | its lowest-fee policy (fees, dual gain) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "JCT gain | per replica | dual-agent fee gain | per replica | met | its lowest-fee "
+             "policy (fees, dual gain) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in outcome["rows"]:
         lines.append(f"| {r['ordering']} | {r['baseline']} | {r['baseline_jct_h']:.2f} | "
                      f"{r['baseline_fees']:,.0f} | {100 * r['jct_gain']:+.1f} % | "
-                     f"{100 * r['fee_gain']:+.1f} % | {'yes' if r['met'] else 'no'} | "
+                     f"{_percent(r['jct_gain_per_replica'])} | "
+                     f"{100 * r['fee_gain']:+.1f} % | {_percent(r['fee_gain_per_replica'])} | "
+                     f"{'yes' if r['met'] else 'no'} | "
                      f"{r['cheapest']} ({r['cheapest_fees']:,.0f}, "
                      f"{100 * r['fee_gain_vs_cheapest']:+.1f} %) |")
     agent_jct = outcome["agent_jct_h"]
@@ -196,10 +265,11 @@ def _markdown(results: Sequence[ReplayResult], scenario: Scenario, outcome: Mapp
               "", f"Criteria (JCT ≥ {100 * JCT_TARGET:.0f} % better than each, fees lower than "
               f"each): **{'met' if outcome['met'] else 'not met'}**; better on both metrics "
               f"than each: **{'yes' if outcome['beats_all'] else 'no'}**.", "",
-              "## All policies", "", "| policy | avg JCT h | fees | avg queue h |",
-              "|---|---|---|---|"]
-    for r in sorted(results, key=lambda r: r.metrics.avg_jct_s):
-        lines.append(f"| {r.policy_id} | {r.metrics.avg_jct_s / HOUR:.2f} | "
-                     f"{r.metrics.total_fees:,.0f} | {r.metrics.avg_queueing_s / HOUR:.2f} |")
-    lines += ["", "Plots and the full table: [report.md](report.md).", ""]
+              "## All policies", "", "| policy | avg JCT h | per replica | fees | avg queue h |",
+              "|---|---|---|---|---|"]
+    for p in sorted(policies, key=attrgetter("jct_s")):
+        each = ", ".join(f"{r.metrics.avg_jct_s / HOUR:.2f}" for r in p.runs)
+        lines.append(f"| {p.policy_id} | {p.jct_s / HOUR:.2f} | {each} | {p.fees:,.0f} | "
+                     f"{p.queue_s / HOUR:.2f} |")
+    lines += ["", "Plots and the full table of the first replica: [report.md](report.md).", ""]
     return "\n".join(lines)
