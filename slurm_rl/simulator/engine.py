@@ -125,6 +125,7 @@ class Simulation:
         self._slurm_dirty = False
         self._running: dict[JobId, _Run] = {}
         self._running_records: dict[JobId, RunningJob] = {}
+        self._shapes: dict[JobId, RunningShape] = {}  # what backfill plans with, per running job
         self._events: list[tuple[float, int, int, object]] = []
         self._seq = 0
         self._decision_at: float | None = None
@@ -282,6 +283,8 @@ class Simulation:
         )
         self._running[job.job_id] = run
         self._running_records[job.job_id] = run.record
+        self._shapes[job.job_id] = RunningShape(run.record.limit_end or math.inf, nodes,
+                                                placement.gpus)
         if not self._step_armed:
             self._schedule_fluctuation()
         affected = self._neighbours(nodes)
@@ -293,6 +296,7 @@ class Simulation:
         self._progress(run)
         del self._running[run.job.job_id]
         del self._running_records[run.job.job_id]
+        del self._shapes[run.job.job_id]
         self._slurm_dirty = True
         for i, gpus in zip(run.nodes, run.gpus, strict=True):
             self._free[i] += gpus
@@ -473,10 +477,7 @@ class Simulation:
             self._start(job, placement)
 
     def _running_shapes(self) -> list[RunningShape]:
-        return [
-            RunningShape(run.record.limit_end or math.inf, run.nodes, run.gpus)
-            for run in self._running.values()
-        ]
+        return list(self._shapes.values())
 
     def _record_timeline(self) -> None:
         busy = self._total_gpus - sum(self._free)

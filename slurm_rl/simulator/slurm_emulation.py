@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from slurm_rl.agents.nodesets import place_in_order
+from slurm_rl.agents.nodesets import fixed_shape, place_in_order
 from slurm_rl.core import Cluster, Job, JobId, Placement, placement_fits_shape
 
 NO_LIMIT = float("inf")
@@ -61,7 +61,7 @@ def schedule_pass(
     Like slurmctld (``bf_max_job_test``), a pass looks at no more than ``depth`` jobs."""
     state = _Pass(now, free_gpus, running, cluster)
     for item, _ in zip(queue, range(depth), strict=False):
-        if state.min_unfit <= 1:
+        if state.exhausted:
             break  # not even one GPU is left outside the masks: nothing else can start
         state.consider(item)
     return state.starts
@@ -69,6 +69,10 @@ def schedule_pass(
 
 def _free_to_go_anywhere(job: Job) -> bool:
     return job.gpu_type is None and job.num_nodes is None and job.gpus_per_node is None
+
+
+def _one_node_untyped(job: Job) -> bool:
+    return job.gpu_type is None and job.gpus_per_node is None and job.num_nodes == 1
 
 
 def _shape_key(job: Job) -> tuple[int, int | None, int | None, str | None]:
@@ -79,8 +83,10 @@ class _Pass:
     """One pass over the queue. Free GPUs only shrink and masks only grow during a pass, so a
     request shape that found no nodes once will find none later in the same pass; and if a job
     free to go anywhere found no room for k GPUs, no job needing k or more GPUs will (a type
-    constraint, fixed shape or pin only narrows the choice). Remembering both keeps a pass over
-    a long queue cheap."""
+    constraint, fixed shape or pin only narrows the choice). Likewise, if an untyped one-node
+    job of k GPUs found no node, no node outside the masks has k free GPUs, so no job whose
+    largest per-node share is k or more can start. Remembering these and the free GPUs outside
+    the masks keeps a pass over a long queue cheap."""
 
     def __init__(
         self,
@@ -97,25 +103,43 @@ class _Pass:
         self.no_detour: set[tuple[int, int | None, int | None, str | None]] = set()
         self.order = range(len(cluster.nodes))
         self.min_unfit = math.inf
+        self.min_share_unfit = math.inf  # no unmasked node has this many GPUs free
         self.min_no_detour = math.inf
+        self.free_total = sum(free_gpus)  # free GPUs outside the masks
+
+    @property
+    def exhausted(self) -> bool:
+        return self.min_unfit <= 1 or self.min_share_unfit <= 1 or self.free_total <= 0
 
     def consider(self, item: QueuedJob) -> None:
         job = item.job
         if job.num_gpus >= self.min_unfit:
             return
+        if (self.reservation is not None and job.gpu_type is None and item.pin is None
+                and _largest_share(job) >= self.min_share_unfit):
+            return  # (with no reservation yet, this job may still be the one to get it)
         key = _shape_key(job)
         if item.pin is None and key in self.no_fit:
             return
         if self.reservation is not None and not self._ends_before_reservation(job):
             self._around_reservation(item, key)
             return
-        placement = _try(item, self.free, self.masked, self.cluster, self.order)
+        placement = None
+        if job.num_gpus <= self.free_total:
+            placement = _try(item, self.free, self.masked, self.cluster, self.order)
         if placement is not None:
             self._start(job, placement)
         elif item.pin is not None:
-            self.masked.update(self.cluster.index(n) for n in item.pin.nodes)
+            self._mask(item.pin)
         else:
             self._no_room(job, key)
+
+    def _mask(self, pin: Placement) -> None:
+        for name in pin.nodes:
+            index = self.cluster.index(name)
+            if index not in self.masked:
+                self.masked.add(index)
+                self.free_total -= self.free[index]
 
     def _ends_before_reservation(self, job: Job) -> bool:
         assert self.reservation is not None
@@ -127,6 +151,8 @@ class _Pass:
         self.no_fit.add(key)
         if _free_to_go_anywhere(job):
             self.min_unfit = min(self.min_unfit, job.num_gpus)
+        elif _one_node_untyped(job):
+            self.min_share_unfit = min(self.min_share_unfit, job.num_gpus)
         if self.reservation is None:
             self.reservation = _reserve(self.now, job, self.free, self.running(), self.cluster)
 
@@ -141,7 +167,7 @@ class _Pass:
                                                    self.reservation, self.cluster):
                 self._start(item.job, placement)
             else:
-                self.masked.update(self.cluster.index(n) for n in item.pin.nodes)
+                self._mask(item.pin)
             return
         if key in self.no_detour or item.job.num_gpus >= self.min_no_detour:
             return
@@ -155,7 +181,14 @@ class _Pass:
 
     def _start(self, job: Job, placement: Placement) -> None:
         _take(placement, self.free, self.cluster)
+        self.free_total -= placement.num_gpus
         self.starts.append((job, placement))
+
+
+def _largest_share(job: Job) -> int:
+    if job.num_nodes is None and job.gpus_per_node is None:
+        return 1  # a free shape can take one GPU per node: no bound from node sizes
+    return fixed_shape(job)[0]
 
 
 def _try(
@@ -167,7 +200,9 @@ def _try(
 ) -> Placement | None:
     if item.pin is not None:
         return _pinned_fits(item.pin, free_gpus, masked, cluster)
-    return place_in_order(item.job, cluster, free_gpus, (i for i in order if i not in masked))
+    if masked:
+        order = [i for i in order if i not in masked]
+    return place_in_order(item.job, cluster, free_gpus, order)
 
 
 def _pinned_fits(
