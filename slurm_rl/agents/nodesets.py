@@ -30,12 +30,12 @@ def place_in_order(
 ) -> Placement | None:
     """The first placement found walking nodes in ``order`` (most preferred first), using only
     nodes of the job's GPU type when it names one."""
-    candidates = [i for i in order if free_gpus[i] > 0]
     if job.gpu_type:
         wanted = job.gpu_type.lower()
-        candidates = [i for i in candidates if cluster.nodes[i].gpu_type.lower() == wanted]
+        order = [i for i in order if cluster.nodes[i].gpu_type.lower() == wanted]
     if job.gpus_per_node is not None or job.num_nodes is not None:
-        return _fixed_shape(job, cluster, free_gpus, candidates)
+        return _fixed_shape(job, cluster, free_gpus, order)
+    candidates = [i for i in order if free_gpus[i] > 0]
     single = _first_single_node(job, free_gpus, candidates)
     if single is not None:
         return _make(cluster, [(single, job.num_gpus)])
@@ -81,12 +81,21 @@ def _fill(need: int, nodes: list[int], free_gpus: Sequence[int]) -> list[tuple[i
 
 
 def _fixed_shape(
-    job: Job, cluster: Cluster, free_gpus: Sequence[int], candidates: list[int]
+    job: Job, cluster: Cluster, free_gpus: Sequence[int], order: Iterable[int]
 ) -> Placement | None:
+    """Nodes in ``order`` with a free GPU, taken greedily for the shares, largest first.
+    (This runs millions of times in a replay, hence the one-node shortcut.)"""
     shares = fixed_shape(job)
+    if len(shares) == 1:
+        need = max(shares[0], 1)
+        for i in order:
+            if free_gpus[i] >= need:
+                return _make(cluster, [(i, shares[0])])
+        return None
     chosen: list[tuple[int, int]] = []
-    for i in candidates:
-        if free_gpus[i] >= shares[len(chosen)]:
+    for i in order:
+        free = free_gpus[i]
+        if free > 0 and free >= shares[len(chosen)]:
             chosen.append((i, shares[len(chosen)]))
             if len(chosen) == len(shares):
                 return _make(cluster, chosen)

@@ -251,11 +251,14 @@ def _reserve(
 ) -> _Reservation | None:
     """The earliest time the job fits, releasing running jobs in order of their limit ends."""
     future = list(free_gpus)
+    share = _largest_share(job) if job.gpu_type is None else 1
     for shape in sorted(running, key=lambda r: r.limit_end):
         if shape.limit_end == NO_LIMIT:
             break
         for node, gpus in zip(shape.nodes, shape.gpus, strict=True):
             future[node] += gpus
+        if max(future) < share or sum(future) < job.num_gpus:
+            continue  # cheap necessary conditions first: most steps free too little
         placement = place_in_order(job, cluster, future, range(len(cluster.nodes)))
         if placement is not None:
             pairs = zip(placement.nodes, placement.gpus, strict=True)
