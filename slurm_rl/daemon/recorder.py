@@ -20,6 +20,7 @@ from slurm_rl.core import ClusterSnapshot, Decision, FinishedJob
 from slurm_rl.daemon import jobcomp
 from slurm_rl.daemon.jobcomp import JobcompLog
 from slurm_rl.slurm.actuator import ActuationReport, JobOutcome
+from slurm_rl.store.nodes import NodeRecorder
 from slurm_rl.store.repository import ActionRecord, Store
 
 OUTCOME_SOURCE = "squeue"
@@ -75,6 +76,7 @@ class StoreRecorder:
         self.cycle_stored = False  # whether this cycle's row made it (outcomes may still fail)
         self._stored: dict[str, Signature] = {}
         self._unrecorded: deque[Queued] = deque(maxlen=MAX_BUFFERED_OUTCOMES)
+        self._nodes = NodeRecorder()  # retraining calibrates its scenario on them
 
     def start_cycle(self) -> None:
         self.cycle_started = time.monotonic()
@@ -95,6 +97,7 @@ class StoreRecorder:
             duration_s=duration,
         )
         self.cycle_stored = True
+        self._nodes(self.store.engine, snapshot.cluster, snapshot.time)
         self._stored.update((record.job_id, signature) for record, signature in fresh)
         self._queue_jobcomp(cluster)
         self.flush()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
+from slurm_rl.store import registry_models  # noqa: F401  (its tables join Base.metadata)
 from slurm_rl.store.models import Base
 
 config = context.config

@@ -1,0 +1,104 @@
+"""The promotion gate: replay the logged window on the calibrated cluster with the candidate
+and with the current policy, and promote only when the candidate's mean job completion time
+is lower by at least ``margin`` (a fraction: 0.02 = 2 % better).
+
+Both replays see the same jobs, cluster, machine fluctuation and seeds; the mean is taken
+over ``seeds`` replays (machine fluctuation differs by seed), so one lucky draw does not
+promote a policy.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from slurm_rl.retrain.calibrate import Calibration
+from slurm_rl.scenario import Scenario, replay
+from slurm_rl.simulator.cluster_spec import load_cluster_spec
+from slurm_rl.simulator.engine import SimConfig
+from slurm_rl.workloads import open_workload
+
+
+@dataclass(frozen=True)
+class PolicyRef:
+    """A policy the gate can replay: a name, and a bundle for learned names."""
+
+    name: str
+    bundle: Path | None = None
+    label: str = ""
+
+    def describe(self) -> str:
+        return self.label or (f"{self.name} ({self.bundle})" if self.bundle else self.name)
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    margin: float = 0.02
+    seeds: int = 3
+    cycle_s: float = 5.0  # the daemon's interval: decisions happen as often as live
+    defer_window_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    promote: bool
+    candidate_jct_s: float
+    current_jct_s: float
+    improvement: float  # (current - candidate) / current
+    margin: float
+    candidate: dict[str, Any]
+    current: dict[str, Any]
+
+    def line(self) -> str:
+        word = "better" if self.improvement >= 0 else "worse"
+        return (f"candidate mean JCT {self.candidate_jct_s:.1f} s vs current "
+                f"{self.current_jct_s:.1f} s ({abs(self.improvement):.1%} {word}; margin "
+                f"{self.margin:.1%}): {'promote' if self.promote else 'keep the current policy'}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"promote": self.promote, "candidate_jct_s": self.candidate_jct_s,
+                "current_jct_s": self.current_jct_s, "improvement": self.improvement,
+                "margin": self.margin, "candidate": self.candidate, "current": self.current}
+
+
+def replay_metrics(policy: PolicyRef, scenario: Scenario, seeds: int) -> dict[str, Any]:
+    """Mean metrics of ``seeds`` replays of ``policy`` (each with its own scheduler)."""
+    from slurm_rl.daemon.policy import make_policy
+
+    runs = []
+    for seed in range(seeds):
+        scheduler = make_policy(policy.name, seed=seed, bundle=policy.bundle)
+        seeded = replace(scenario, sim=replace(scenario.sim, seed=seed))
+        result = replay(seeded, scheduler, policy_id=policy.name)
+        runs.append(result)
+    return {
+        "policy": policy.describe(),
+        "avg_jct_s": statistics.mean(r.metrics.avg_jct_s for r in runs),
+        "avg_queueing_s": statistics.mean(r.metrics.avg_queueing_s for r in runs),
+        "total_fees": statistics.mean(r.metrics.total_fees for r in runs),
+        "jobs": runs[0].metrics.jobs,
+        "unfinished_jobs": max(r.unfinished_jobs for r in runs),
+        "runs": [round(r.metrics.avg_jct_s, 3) for r in runs],
+    }
+
+
+def logged_scenario(calibration: Calibration, settings: GateSettings) -> Scenario:
+    spec = load_cluster_spec(calibration.cluster_spec)
+    trace = open_workload(str(calibration.replay_trace))
+    sim = SimConfig(mode="slurm", cycle_s=settings.cycle_s,
+                    defer_window_s=settings.defer_window_s)
+    return Scenario(spec, trace, sim)
+
+
+def judge(candidate: PolicyRef, current: PolicyRef, calibration: Calibration,
+          settings: GateSettings) -> Verdict:
+    scenario = logged_scenario(calibration, settings)
+    ours = replay_metrics(candidate, scenario, settings.seeds)
+    theirs = replay_metrics(current, scenario, settings.seeds)
+    cand, cur = float(ours["avg_jct_s"]), float(theirs["avg_jct_s"])
+    improvement = (cur - cand) / cur if cur > 0 else 0.0
+    finished = ours["unfinished_jobs"] <= theirs["unfinished_jobs"]
+    promote = finished and cand <= cur * (1.0 - settings.margin) and cand < cur
+    return Verdict(promote, cand, cur, improvement, settings.margin, ours, theirs)

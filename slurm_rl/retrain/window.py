@@ -1,0 +1,130 @@
+"""The logged window a retrain learns from: finished jobs (request joined with outcome) and
+the GPU nodes they ran on, read from the store.
+
+Bad or thin logs raise :class:`RetrainSkipped` with one line saying why; the retrain is then
+skipped and the active policy stays.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from slurm_rl.core import Node
+from slurm_rl.errors import SlurmRLError
+from slurm_rl.store import migrate
+from slurm_rl.store.models import JobRow, OutcomeRow
+from slurm_rl.store.nodes import stored_nodes
+
+DAY = 86400.0
+MIN_JOBS = 2  # one job orders nothing: there is no queue to learn from
+
+
+class RetrainSkipped(SlurmRLError):
+    """Retraining cannot or need not run now (one line why); nothing changes."""
+
+
+@dataclass(frozen=True)
+class LoggedJob:
+    job_id: str
+    user: str
+    partition: str
+    submit_time: float
+    start_time: float
+    end_time: float
+    num_gpus: int
+    num_nodes: int
+    gpu_type: str | None
+    time_limit_s: float | None
+    nodes: tuple[str, ...]
+    state: str
+
+    @property
+    def runtime(self) -> float:
+        return self.end_time - self.start_time
+
+
+@dataclass(frozen=True)
+class LoggedWindow:
+    cluster: str
+    start: float
+    end: float
+    jobs: tuple[LoggedJob, ...]
+    nodes: tuple[Node, ...]
+
+    @property
+    def median_runtime(self) -> float:
+        return statistics.median(job.runtime for job in self.jobs)
+
+
+def check_schema(engine: Engine) -> None:
+    """Skip (never upgrade) a store at an older schema: a daemon of the older release may be
+    writing to it."""
+    head = ScriptDirectory.from_config(migrate.alembic_config(engine)).get_current_head()
+    try:
+        with engine.connect() as connection:
+            current = MigrationContext.configure(connection).get_current_revision()
+    except SQLAlchemyError as exc:
+        raise RetrainSkipped(f"store not readable: {str(exc).splitlines()[0]}") from exc
+    if current != head:
+        raise RetrainSkipped(
+            f"store schema is at revision {current or 'none'}, retraining needs {head}: "
+            "upgrade it by starting the daemon of this release")
+
+
+def load_window(engine: Engine, cluster: str | None, days: float, now: float) -> LoggedWindow:
+    """Jobs that ended in the last ``days`` days before ``now`` (of ``cluster``, default:
+    the cluster with the most of them)."""
+    check_schema(engine)
+    start = now - days * DAY
+    with Session(engine) as session:
+        query = (select(JobRow, OutcomeRow).join(OutcomeRow, OutcomeRow.job_key == JobRow.job_key)
+                 .where(OutcomeRow.end_time >= start, OutcomeRow.end_time <= now)
+                 .order_by(JobRow.submit_time, JobRow.job_id))
+        rows = list(session.execute(query).tuples())
+    if not rows:
+        raise RetrainSkipped(f"no finished jobs in the store in the last {days:g} days")
+    chosen = cluster or Counter(job.cluster for job, _ in rows).most_common(1)[0][0]
+    nodes = stored_nodes(engine, chosen)
+    if not nodes:
+        raise RetrainSkipped(
+            f"no GPU nodes stored for cluster {chosen!r} (rows from before schema 0002?): "
+            "the daemon stores them with its next cycle")
+    names = {node.name for node in nodes}
+    jobs, unusable = [], 0
+    for job, outcome in rows:
+        logged = _logged(job, outcome) if job.cluster == chosen else None
+        if logged is None or not set(logged.nodes) <= names:
+            unusable += int(job.cluster == chosen)
+            continue
+        jobs.append(logged)
+    if len(jobs) < MIN_JOBS:
+        raise RetrainSkipped(
+            f"{len(jobs)} usable finished job(s) of cluster {chosen!r} in the last {days:g} days "
+            f"({unusable} unusable): at least {MIN_JOBS} are needed")
+    return LoggedWindow(chosen, min(j.submit_time for j in jobs), now, tuple(jobs),
+                        tuple(nodes))
+
+
+def _logged(job: JobRow, outcome: OutcomeRow) -> LoggedJob | None:
+    """A finished job that really ran (start before end, on named nodes), else None."""
+    nodes = tuple(n for n in outcome.nodes.split(",") if n)
+    if outcome.end_time <= outcome.start_time or not nodes or job.num_gpus <= 0:
+        return None
+    if outcome.start_time < job.submit_time - 1.0:
+        return None
+    return LoggedJob(
+        job_id=job.job_id, user=job.user, partition=job.partition,
+        submit_time=job.submit_time, start_time=outcome.start_time,
+        end_time=outcome.end_time, num_gpus=job.num_gpus,
+        num_nodes=job.num_nodes or len(nodes), gpu_type=job.gpu_type,
+        time_limit_s=job.time_limit_s, nodes=nodes, state=outcome.state,
+    )
