@@ -26,9 +26,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,ray]'
 	touch $@
 
-# Debian packages the integration tests need (Slurm, munge); quick when already installed.
+# Debian packages the integration tests need (Slurm, munge, PostgreSQL); quick when already
+# installed.
 system-deps:
 	bash scripts/install-slurm.sh
+	bash scripts/install-postgres.sh
 
 unit: $(STAMP)
 	$(PY) -m pytest -q -m "not slurm"

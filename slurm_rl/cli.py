@@ -27,6 +27,9 @@ LAZY_COMMANDS = {
     "daemon": "slurm_rl.daemon.cli:daemon_command",
     "devcluster": "slurm_rl.slurm.cli:devcluster_group",
     "evaluate": "slurm_rl.training.cli:evaluate_command",
+    "export": "slurm_rl.export:export_command",
+    "models": "slurm_rl.models_command:models_group",
+    "retrain": "slurm_rl.retrain.cli:retrain_command",
     "train": "slurm_rl.training.cli:train_command",
 }
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import pg
 from tests.slurm.live import LiveCluster, compose_cluster, native_cluster
 
 
@@ -55,3 +56,18 @@ def live(slurm_cluster: LiveCluster) -> Iterator[LiveCluster]:
     yield slurm_cluster
     slurm_cluster.cancel_all()
     slurm_cluster.beat()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[pg.PgServer]:
+    """A private PostgreSQL server for the session (tests with marker ``postgres``)."""
+    reason = pg.unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    yield from pg.pg_server()
+
+
+@pytest.fixture
+def pg_url(pg_server: pg.PgServer) -> str:
+    """A fresh, empty database on the session's PostgreSQL server."""
+    return pg_server.url(pg_server.create_database())

@@ -53,6 +53,19 @@ class DaemonConfig(BaseModel):
     price_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
     seed: int = 0
     log_level: LogLevel = "info"
+    # Retraining and the model registry (docs/retraining.md).
+    models_follow: bool = True  # run the registry's active version when there is one
+    models_cache_dir: Path | None = None  # default: <state_dir>/models
+    retrain_every_h: float = Field(default=0.0, ge=0)  # 0 = no scheduled retraining
+    retrain_window_days: float = Field(default=7.0, gt=0)
+    retrain_margin: float = Field(default=0.02, ge=0, lt=1)
+    retrain_iterations: int = Field(default=10, ge=0)
+    retrain_episodes: int = Field(default=4, ge=1)
+    retrain_gate_seeds: int = Field(default=3, ge=1)
+    retrain_base_bundle: Path | None = None  # fine-tune from this, not the current policy
+    retrain_misfire_grace_s: float = Field(default=3600.0, gt=0)
+    retrain_timeout_s: float = Field(default=4 * 3600.0, gt=0)
+    retention_days: float = Field(default=0.0, ge=0)  # 0 = keep every row
 
     @model_validator(mode="after")
     def _heartbeat_outlives_a_cycle(self) -> DaemonConfig:
@@ -69,6 +82,11 @@ class DaemonConfig(BaseModel):
     def store(self) -> str:
         """The store URL (SQLite under ``state_dir`` unless one is given)."""
         return self.store_url or f"sqlite:///{self.state_dir / STORE_FILE}"
+
+    @property
+    def models_cache(self) -> Path:
+        """Where registry versions are unpacked into bundle directories."""
+        return self.models_cache_dir or self.state_dir / "models"
 
     @property
     def heartbeat(self) -> Path:

@@ -37,6 +37,8 @@ from slurm_rl.daemon.policy import FALLBACK_POLICY, PolicyBundleError, make_poli
 from slurm_rl.daemon.recorder import CycleSummary, StoreRecorder
 from slurm_rl.errors import SlurmRLError
 from slurm_rl.loop import DecisionMaker, run_cycle
+from slurm_rl.retrain.follow import ModelFollower
+from slurm_rl.retrain.schedule import RetrainSchedule, start_schedule
 from slurm_rl.slurm import deferral
 from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
 from slurm_rl.slurm.client import CliSlurmClient
@@ -162,6 +164,11 @@ class Daemon:
             self.store.engine.dispose()
             raise
         self._waker = _Waker()
+        # Retraining (docs/retraining.md): the registry's active version, and the schedule.
+        self._base_config = config
+        self.models = ModelFollower(self.store.engine) if config.models_follow else None
+        self._retrain: RetrainSchedule | None = None
+        self.follow_models()
 
     @property
     def config(self) -> DaemonConfig:
@@ -247,9 +254,10 @@ class Daemon:
 
     def run_once(self) -> CycleResult:
         """One cycle; never raises for Slurm or store trouble (that cycle is skipped)."""
-        parts = self.parts
         started = time.monotonic()
         self.cycles += 1
+        self.follow_models()
+        parts = self.parts
         self.recorder.start_cycle()
         try:
             with paused_gc():
@@ -292,6 +300,7 @@ class Daemon:
         log.info("daemon started: policy %s, mode %s, every %g s, store %s",
                  self.config.policy, self.config.recorded_mode, self.config.interval_s,
                  self.store.engine.url.render_as_string(hide_password=True))
+        self._retrain = start_schedule(self._base_config, self.store.engine)
         with self._signal_handlers():
             while not self._stop:
                 if self._reload:
@@ -318,7 +327,10 @@ class Daemon:
         old, old_store = self.parts, self.store
         store: Store | None = None
         try:
-            config = self._load()
+            config = self._base_config = self._load()
+            if self.models is not None:
+                self.models.forget()
+                config = self.models.effective(config)
             parts = self._build(config)
             if config.store != old.config.store:
                 store = self._open_store(config)
@@ -328,6 +340,8 @@ class Daemon:
                 store.engine.dispose()
             log.warning("reload failed, keeping the running config: %s", exc)
             return False
+        if self.models is not None:
+            self.models.committed()
         if store is not None:
             self._flush_quietly()  # outcomes kept for the old store go to the new one
             old_store.engine.dispose()
@@ -336,6 +350,9 @@ class Daemon:
 
     def close(self, *, retire: bool = True) -> None:
         """Flush buffered outcomes, retire the heartbeat (if this run beats) and let go."""
+        if self._retrain is not None:
+            self._retrain.shutdown()
+            self._retrain = None
         self._flush_quietly()
         if retire and self.config.changes_slurm:
             with contextlib.suppress(OSError):
@@ -363,6 +380,24 @@ class Daemon:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def follow_models(self) -> bool:
+        """Switch to the registry's active version when it changed (each cycle's start; a
+        version that cannot be used is logged once and the running policy stays)."""
+        if self.models is None or not self.models.changed():
+            return False
+        try:
+            config = self.models.effective(self._base_config)
+            self._commit(self._build(config), previous=self.parts)
+        except (SlurmRLError, SQLAlchemyError) as exc:
+            self.models.committed()  # not retried every cycle; a new version or SIGHUP will
+            log.warning("model version %s not taken, keeping policy %s: %s",
+                        self.models.pending, self.config.policy, one_line(exc))
+            return False
+        self.models.committed()
+        log.info("model version %s active: policy %s%s", self.models.pending or "none",
+                 config.policy, f" ({config.policy_bundle})" if config.policy_bundle else "")
+        return True
 
     def _on_stop(self, signum: int, frame: FrameType | None) -> None:
         self.request_stop()

@@ -176,7 +176,8 @@ def synthetic_rows(window: LoggedWindow, rng: np.random.Generator, origin: float
     """Poisson arrivals at the logged rate; requests and runtimes resampled from the log."""
     jobs = window.jobs
     rate = len(jobs) / max(window.end - window.start, MIN_SPAN_S)
-    rows, now, k = [], origin, 0
+    rows: list[list[object]] = []
+    now, k = origin, 0
     while True:
         now += rng.exponential(1.0 / rate)
         if now >= origin + length_s:

@@ -1,0 +1,114 @@
+"""``slurm-rl retrain``: one retrain, for cron, a systemd timer, or ``sbatch --wrap``.
+
+Exit status: 0 when the run ended as planned (promoted, rejected by the gate, or skipped
+because the logs are not ready), 1 when it failed, 2 for bad arguments or config.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from slurm_rl.errors import InputError
+
+if TYPE_CHECKING:
+    from slurm_rl.daemon.config import DaemonConfig
+    from slurm_rl.retrain.run import RetrainSettings
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+@click.command("retrain")
+@click.option("--config", "config_path", default=None,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="The daemon's TOML file: store, policy and retrain_* settings from [daemon].")
+@click.option("--store", "store_url", default=None, help="SQLAlchemy URL of the store.")
+@click.option("--cluster", default=None, help="Cluster name in the store [default: busiest].")
+@click.option("--policy", default=None, help="Current policy when no version is active.")
+@click.option("--policy-bundle", "policy_bundle", default=None,
+              type=click.Path(file_okay=False, path_type=Path))
+@click.option("--window-days", "window_days", default=None, type=click.FloatRange(min=0.0,
+              min_open=True), help="Learn from jobs that ended this many days back [7].")
+@click.option("--margin", default=None, type=click.FloatRange(0.0, 1.0, max_open=True),
+              help="Promote only if mean JCT is lower by this fraction [0.02].")
+@click.option("--iterations", default=None, type=click.IntRange(min=0),
+              help="PPO fine-tuning iterations [10].")
+@click.option("--episodes", default=None, type=click.IntRange(min=1),
+              help="Episodes per iteration [4].")
+@click.option("--gate-seeds", "gate_seeds", default=None, type=click.IntRange(min=1),
+              help="Replays per policy in the gate [3].")
+@click.option("--repeats", default=8, show_default=True, type=click.IntRange(min=1),
+              help="Spans of the logged window in the training scenario.")
+@click.option("--cycle", "cycle_s", default=None, type=click.FloatRange(min=0.0),
+              help="Decision interval in the replays [the daemon's interval].")
+@click.option("--defer-window", "defer_window_s", default=None, type=click.FloatRange(min=0.0))
+@click.option("--base", "base_bundle", default=None,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Fine-tune from this bundle [the current policy's, else the shipped one].")
+@click.option("--candidate", default=None, type=click.Path(file_okay=False, path_type=Path),
+              help="Judge this bundle instead of fine-tuning one.")
+@click.option("--no-promote", "no_promote", is_flag=True,
+              help="Register and judge the candidate, never activate it.")
+@click.option("--cache-dir", "cache_dir", default=None,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Where registry versions are unpacked [<state_dir>/models].")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--seed", default=0, show_default=True, type=int)
+def retrain_command(config_path: Path | None, store_url: str | None, **options: object) -> None:
+    """Retrain the agents on the store's logged window; promote the result only if the gate
+    finds it better than the current policy by the margin."""
+    from slurm_rl.daemon.config import load_config
+    from slurm_rl.retrain.run import retrain
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(stream=sys.stdout, format=LOG_FORMAT, level=logging.INFO)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    config = load_config(config_path, {"store_url": store_url})
+    if config_path is None and store_url is None:
+        raise InputError("give --store URL or --config FILE (the daemon's store)")
+    settings = settings_from(config, options)
+    result = retrain(config.store, settings)
+    click.echo(result.message)
+    sys.exit(1 if result.status == "failed" else 0)
+
+
+def settings_from(config: DaemonConfig, options: dict[str, object]) -> RetrainSettings:
+    from dataclasses import replace
+
+    from slurm_rl.retrain.finetune import FinetuneSettings
+    from slurm_rl.retrain.gate import GateSettings
+    from slurm_rl.retrain.run import RetrainSettings
+
+    def pick(name: str, default: object) -> object:
+        value = options.get(name)
+        return default if value is None else value
+
+    for name in ("candidate", "base_bundle", "policy_bundle"):
+        path = options.get(name)
+        if isinstance(path, Path) and not path.is_dir():
+            raise InputError(f"--{name.replace('_', '-')}: no such bundle directory {path}")
+    finetune = FinetuneSettings(
+        iterations=int(str(pick("iterations", config.retrain_iterations))),
+        episodes_per_iteration=int(str(pick("episodes", config.retrain_episodes))),
+        workers=int(str(options["workers"])), seed=int(str(options["seed"])))
+    gate = GateSettings(
+        margin=float(str(pick("margin", config.retrain_margin))),
+        seeds=int(str(pick("gate_seeds", config.retrain_gate_seeds))),
+        cycle_s=float(str(pick("cycle_s", config.interval_s))),
+        defer_window_s=float(str(pick("defer_window_s", config.defer_window_s))))
+    return replace(
+        RetrainSettings(),
+        window_days=float(str(pick("window_days", config.retrain_window_days))),
+        cluster=options.get("cluster") or config.cluster_name or None,  # type: ignore[arg-type]
+        repeats=int(str(options["repeats"])), finetune=finetune, gate=gate,
+        policy=str(pick("policy", config.policy)),
+        policy_bundle=pick("policy_bundle", config.policy_bundle),  # type: ignore[arg-type]
+        base_bundle=pick("base_bundle", config.retrain_base_bundle),  # type: ignore[arg-type]
+        candidate=options.get("candidate"),  # type: ignore[arg-type]
+        cache_dir=pick("cache_dir", config.models_cache),  # type: ignore[arg-type]
+        promote=not options.get("no_promote"),
+    )

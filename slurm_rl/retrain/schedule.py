@@ -1,0 +1,112 @@
+"""Scheduled retraining inside the daemon: an APScheduler 3 job whose job store is the
+daemon's own SQL database (table ``apscheduler_jobs``).
+
+The job is coalesced (missed runs collapse into one), runs one instance at a time, and a
+run later than ``retrain_misfire_grace_s`` is dropped until the next one. Its thread only
+waits: the retrain itself is a separate process (``python -m slurm_rl.retrain``, an argv
+list, never a shell), so training never shares the decision loop's thread, interpreter lock
+or memory, and a crash in training cannot take the daemon down. Retention runs once a day
+in the same scheduler when ``retention_days`` is set.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy.engine import Engine
+
+from slurm_rl.daemon.config import DaemonConfig
+
+log = logging.getLogger("slurm_rl.retrain")
+RETRAIN_JOB = "slurm-rl-retrain"
+RETENTION_JOB = "slurm-rl-retention"
+JOB_TABLE = "apscheduler_jobs"
+
+
+def retrain_argv(config: DaemonConfig) -> list[str]:
+    """The one-shot command the scheduled job runs, with the daemon's settings."""
+    argv = [sys.executable, "-m", "slurm_rl.retrain", "--store", config.store,
+            "--policy", config.policy, "--window-days", repr(config.retrain_window_days),
+            "--margin", repr(config.retrain_margin),
+            "--iterations", str(config.retrain_iterations),
+            "--episodes", str(config.retrain_episodes),
+            "--gate-seeds", str(config.retrain_gate_seeds),
+            "--cycle", repr(config.interval_s), "--defer-window", str(config.defer_window_s),
+            "--cache-dir", str(config.models_cache)]
+    if config.cluster_name:
+        argv += ["--cluster", config.cluster_name]
+    if config.policy_bundle is not None:
+        argv += ["--policy-bundle", str(config.policy_bundle)]
+    if config.retrain_base_bundle is not None:
+        argv += ["--base", str(config.retrain_base_bundle)]
+    return argv
+
+
+def run_retrain_process(argv: list[str], timeout_s: float) -> int:
+    """The scheduled job (module level: the job store keeps a reference to it)."""
+    try:
+        done = subprocess.run(argv, timeout=timeout_s, check=False, capture_output=True,
+                              text=True)
+    except subprocess.TimeoutExpired:
+        log.warning("retrain process killed after %g s; the active policy stays", timeout_s)
+        return 124
+    for line in done.stdout.splitlines() + done.stderr.splitlines():
+        if line.strip():
+            log.info("retrain: %s", line.strip())
+    return done.returncode
+
+
+def run_retention(store_url: str, days: float) -> None:
+    from slurm_rl.store.repository import make_engine
+    from slurm_rl.store.retention import apply_retention
+
+    engine = make_engine(store_url)
+    try:
+        apply_retention(engine, days)
+    finally:
+        engine.dispose()
+
+
+class RetrainSchedule:
+    def __init__(self, scheduler: BackgroundScheduler) -> None:
+        self.scheduler = scheduler
+
+    def run_now(self) -> None:
+        """Move the retrain job's next run to now (tests, and an admin's `retrain now`)."""
+        self.scheduler.modify_job(RETRAIN_JOB, next_run_time=datetime.now(UTC))
+
+    def shutdown(self) -> None:
+        self.scheduler.shutdown(wait=False)
+
+
+def start_schedule(config: DaemonConfig, engine: Engine) -> RetrainSchedule | None:
+    """Start the scheduler when retraining or retention is configured (else None)."""
+    if config.retrain_every_h <= 0 and config.retention_days <= 0:
+        return None
+    scheduler = BackgroundScheduler(
+        jobstores={"default": SQLAlchemyJobStore(engine=engine, tablename=JOB_TABLE)},
+        executors={"default": ThreadPoolExecutor(1)},
+        job_defaults={"coalesce": True, "max_instances": 1,
+                      "misfire_grace_time": int(config.retrain_misfire_grace_s)},
+        timezone=UTC,
+    )
+    if config.retrain_every_h > 0:
+        scheduler.add_job(run_retrain_process, "interval", hours=config.retrain_every_h,
+                          id=RETRAIN_JOB, replace_existing=True,
+                          kwargs={"argv": retrain_argv(config),
+                                  "timeout_s": config.retrain_timeout_s})
+    if config.retention_days > 0:
+        scheduler.add_job(run_retention, "interval", hours=24.0, id=RETENTION_JOB,
+                          replace_existing=True,
+                          kwargs={"store_url": config.store, "days": config.retention_days})
+    scheduler.start()
+    log.info("retraining every %g h (window %g days, margin %.1f%%); retention %s",
+             config.retrain_every_h, config.retrain_window_days, 100 * config.retrain_margin,
+             f"{config.retention_days:g} days" if config.retention_days else "off")
+    return RetrainSchedule(scheduler)
