@@ -168,7 +168,9 @@ class Daemon:
         self._base_config = config
         self.models = ModelFollower(self.store.engine) if config.models_follow else None
         self._retrain: RetrainSchedule | None = None
-        self.follow_models()
+        if self.models is not None:
+            self.models.seen = None  # the parts above run the configured policy
+            self.follow_models()
 
     @property
     def config(self) -> DaemonConfig:

@@ -89,7 +89,7 @@ def load_window(engine: Engine, cluster: str | None, days: float, now: float) ->
         query = (select(JobRow, OutcomeRow).join(OutcomeRow, OutcomeRow.job_key == JobRow.job_key)
                  .where(OutcomeRow.end_time >= start, OutcomeRow.end_time <= now)
                  .order_by(JobRow.submit_time, JobRow.job_id))
-        rows = list(session.execute(query).tuples())
+        rows = [(row[0], row[1]) for row in session.execute(query)]
     if not rows:
         raise RetrainSkipped(f"no finished jobs in the store in the last {days:g} days")
     chosen = cluster or Counter(job.cluster for job, _ in rows).most_common(1)[0][0]

@@ -15,7 +15,10 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 def alembic_config(engine: Engine) -> Config:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    config.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+    # Alembic's config is a ConfigParser: a '%' (URL-escaped socket paths, passwords) must be
+    # doubled or it is read as interpolation.
+    url = engine.url.render_as_string(hide_password=False)
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return config
 
 

@@ -1,0 +1,147 @@
+"""Retraining on a real SQLite store filled as the daemon fills it: the gate both ways (a
+deliberately damaged policy is not promoted over the shipped agent, the shipped agent is
+promoted over it), a full retrain with fine-tuning, and bad or thin logs skipped with one
+line while the active version stays."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from slurm_rl.agents.ordering.agent import default_bundle_path
+from slurm_rl.retrain.calibrate import calibrate
+from slurm_rl.retrain.finetune import FinetuneSettings
+from slurm_rl.retrain.gate import GateSettings, PolicyRef, judge
+from slurm_rl.retrain.run import RetrainSettings, retrain
+from slurm_rl.retrain.window import load_window
+from slurm_rl.store import migrate
+from slurm_rl.store.registry import ModelRegistry
+from slurm_rl.store.registry_models import ModelVersionRow
+from slurm_rl.store.repository import Store, make_engine
+from tests.retrain.logged import damaged_bundle, fill
+
+NOW = 1_800_000_000.0
+GATE = GateSettings(margin=0.05, seeds=1, cycle_s=5.0, defer_window_s=10.0)
+
+
+def tiny(tmp_path: Path, **values: object) -> RetrainSettings:
+    settings = RetrainSettings(
+        window_days=1.0, repeats=2, cache_dir=tmp_path / "models", gate=GATE,
+        finetune=FinetuneSettings(iterations=1, episodes_per_iteration=1, update_epochs=1))
+    return replace(settings, **values)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return damaged_bundle(default_bundle_path(), tmp_path_factory.mktemp("bad") / "bundle")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+
+
+def test_the_gate_keeps_the_better_policy_both_ways(
+    store: Store, tmp_path: Path, damaged: Path
+) -> None:
+    fill(store, 40, now=NOW)
+    window = load_window(store.engine, None, 1.0, NOW)
+    calibration = calibrate(window, tmp_path / "cal", repeats=2, seed=0)
+    good, bad = PolicyRef("rl+rl", default_bundle_path()), PolicyRef("rl+rl", damaged)
+    worse = judge(bad, good, calibration, GATE)
+    better = judge(good, bad, calibration, GATE)
+    # The damaged agent starts the long jobs first: far worse on this window, not promoted.
+    assert worse.candidate_jct_s > 1.5 * worse.current_jct_s and not worse.promote
+    assert better.promote and better.improvement >= GATE.margin
+    assert better.candidate_jct_s == worse.current_jct_s  # the same replays, deterministic
+
+
+def test_a_retrain_registers_judges_and_promotes_over_a_worse_active_version(
+    store: Store, tmp_path: Path, damaged: Path
+) -> None:
+    fill(store, 40, now=NOW)
+    registry = ModelRegistry(store.engine)
+    bad = registry.register("rl+rl", bundle=damaged, note="damaged on purpose")
+    registry.promote(bad)
+    result = retrain(store.engine.url.render_as_string(), tiny(tmp_path,
+                     base_bundle=default_bundle_path()), now=NOW)
+    assert result.status == "promoted", result.message
+    assert result.version == bad + 1 and registry.active_number() == result.version
+    version = registry.get(result.version)
+    assert version.base_version == bad and version.window_jobs == 40
+    gate = version.metrics["gate"]
+    assert isinstance(gate, dict) and gate["promote"] and gate["improvement"] >= 0.05
+    with Session(store.engine) as session:  # the candidate really was fine-tuned
+        row = session.get(ModelVersionRow, result.version)
+        assert row is not None and row.meta is not None and row.weights
+        assert row.meta["fine_tuned_from"] == str(default_bundle_path())
+        assert len(row.meta["retrain"]["curve"]) == 1  # type: ignore[index, arg-type]
+    assert registry.rollback() == (bad, result.version)  # and back again
+    assert registry.active_number() == bad
+
+
+def test_a_worse_candidate_is_registered_but_not_promoted(
+    store: Store, tmp_path: Path, damaged: Path
+) -> None:
+    fill(store, 40, now=NOW)
+    registry = ModelRegistry(store.engine)
+    good = registry.register("rl+rl", bundle=default_bundle_path())
+    registry.promote(good)
+    result = retrain(store.engine.url.render_as_string(), tiny(tmp_path, candidate=damaged),
+                     now=NOW)
+    assert result.status == "rejected" and result.verdict is not None
+    assert result.verdict.candidate_jct_s > result.verdict.current_jct_s
+    assert registry.active_number() == good
+    assert registry.get(result.version or 0).status == "rejected"
+
+
+def _skipped(caplog: pytest.LogCaptureFixture, store: Store, tmp_path: Path) -> str:
+    registry = ModelRegistry(store.engine)
+    active = registry.register("fifo+best-fit")
+    registry.promote(active)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="slurm_rl.retrain"):
+        result = retrain(store.engine.url.render_as_string(), tiny(tmp_path), now=NOW)
+    lines = [r for r in caplog.records if r.name == "slurm_rl.retrain"]
+    assert result.status == "skipped" and len(lines) == 1, [r.message for r in lines]
+    assert lines[0].levelno == logging.WARNING and "\n" not in lines[0].message
+    assert registry.active_number() == active and registry.count() == 1
+    return lines[0].message
+
+
+def test_no_finished_jobs_skips(store: Store, tmp_path: Path,
+                                caplog: pytest.LogCaptureFixture) -> None:
+    message = _skipped(caplog, store, tmp_path)
+    assert message == ("retrain skipped: no finished jobs in the store in the last 1 days; "
+                       "the active policy stays")
+
+
+def test_a_window_with_one_job_skips(store: Store, tmp_path: Path,
+                                     caplog: pytest.LogCaptureFixture) -> None:
+    fill(store, 1, now=NOW)
+    assert "1 usable finished job(s) of cluster 'logged'" in _skipped(caplog, store, tmp_path)
+
+
+def test_rows_without_their_nodes_skip(store: Store, tmp_path: Path,
+                                       caplog: pytest.LogCaptureFixture) -> None:
+    fill(store, 20, now=NOW, nodes=False)  # as written by a daemon before schema 0002
+    assert "no GPU nodes stored for cluster 'logged'" in _skipped(caplog, store, tmp_path)
+
+
+def test_a_store_at_an_older_schema_is_skipped_not_upgraded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine, "0001")
+    with caplog.at_level(logging.INFO, logger="slurm_rl.retrain"):
+        result = retrain(url, tiny(tmp_path), now=NOW)
+    assert result.status == "skipped"
+    assert "store schema is at revision 0001, retraining needs 0002_retrain_registry" in \
+        result.message
+    assert "model_versions" not in sa.inspect(engine).get_table_names()  # left as it was

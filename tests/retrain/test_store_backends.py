@@ -1,0 +1,163 @@
+"""The store on SQLite and on a real PostgreSQL server: Alembic upgrade and downgrade, the
+daemon writing while a retrain reads (no lock errors, no lost rows), retention, export, and
+the models commands."""
+
+from __future__ import annotations
+
+import csv
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+
+from slurm_rl.cli import main
+from slurm_rl.core import Cluster, ClusterSnapshot, Decision, FinishedJob, Job, Placement
+from slurm_rl.retrain.window import load_window
+from slurm_rl.store import migrate
+from slurm_rl.store.models import CycleRow, DecisionRow, JobRow, OutcomeRow
+from slurm_rl.store.registry import ModelRegistry
+from slurm_rl.store.repository import ActionRecord, Store, make_engine
+from slurm_rl.store.retention import apply_retention
+from tests.retrain.logged import CLUSTER, NODES, fill
+
+NOW = 1_800_000_000.0
+TABLES = {"cycles", "jobs", "decisions", "outcomes", "nodes", "model_versions",
+          "model_events", "retrain_runs"}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.sqlite'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+def test_alembic_upgrade_and_downgrade(url: str) -> None:
+    engine = make_engine(url)
+    migrate.upgrade(engine, "0001")
+    store = Store(url, upgrade=False)
+    fill(store, 5, now=NOW, nodes=False)  # rows of the older schema
+    migrate.upgrade(engine)
+    assert set(sa.inspect(engine).get_table_names()) >= TABLES
+    assert store.count(OutcomeRow) == 5  # kept through the upgrade
+    migrate.downgrade(engine, "0001")
+    names = set(sa.inspect(engine).get_table_names())
+    assert "model_versions" not in names and "nodes" not in names
+    assert store.count(OutcomeRow) == 5  # and through the downgrade
+    migrate.downgrade(engine, "base")
+    assert not TABLES & set(sa.inspect(engine).get_table_names())
+    migrate.upgrade(engine)
+    assert set(sa.inspect(engine).get_table_names()) >= TABLES
+    engine.dispose()
+
+
+def _cycle(store: Store, k: int, start: float) -> None:
+    """What one daemon cycle writes: a cycle with a decision, and an outcome."""
+    job = Job(f"w{k}", start + k, 1, user="writer", num_nodes=1, gpus_per_node=1)
+    cluster = Cluster(CLUSTER, NODES)
+    snapshot = ClusterSnapshot(time=start + k, cluster=cluster, free_gpus=(8, 8, 4, 4),
+                               pending=(job,), running=(), finished=())
+    decision = Decision(ranking=(job.job_id,), placements={}, policy_id="writer")
+    store.record_cycle(snapshot, decision, [ActionRecord(job.job_id, "release")], mode="shadow")
+    done = FinishedJob(job, start + k + 1, start + k + 2, Placement(("v100-01",), (1,)))
+    store.record_outcomes(CLUSTER, [done], "squeue")
+
+
+def test_the_daemon_writes_while_a_retrain_reads(url: str) -> None:
+    """A writer thread (the daemon's cycles, each its own transaction) against a reader
+    (the retrain's window, the registry, export's scans) for a few seconds on one store:
+    every write lands, no reader or writer sees a lock error."""
+    writer_store = Store(url)
+    fill(writer_store, 30, now=NOW)
+    reader = make_engine(url)
+    errors: list[BaseException] = []
+    written = 0
+    stop = threading.Event()
+
+    def write() -> None:
+        nonlocal written
+        try:
+            while not stop.is_set() and written < 400:
+                _cycle(writer_store, written, NOW - 600.0)
+                written += 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    reads = 0
+    deadline = time.monotonic() + 4.0
+    try:
+        while time.monotonic() < deadline and thread.is_alive():
+            window = load_window(reader, CLUSTER, 1.0, NOW)
+            assert len(window.jobs) >= 30
+            ModelRegistry(reader).versions()
+            with reader.connect() as connection:  # a long scan, as export does
+                connection.execute(sa.select(DecisionRow, CycleRow).join(CycleRow)).all()
+            reads += 1
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not errors, errors
+    assert reads >= 3 and written >= 20
+    check = Store(url, upgrade=False)
+    assert check.count(CycleRow) == written and check.count(DecisionRow) == written
+    assert check.count(OutcomeRow) == 30 + written
+    assert check.count(JobRow) == 30 + written
+    reader.dispose()
+
+
+def test_retention_keeps_the_recent_rows(url: str) -> None:
+    store = Store(url)
+    for k in range(10):
+        _cycle(store, k, NOW - 10 * 86400.0)  # ten days old
+    for k in range(10, 15):
+        _cycle(store, k, NOW - 3600.0)
+    ModelRegistry(store.engine).register("fifo+best-fit")
+    removed = apply_retention(store.engine, 7.0, now=NOW)
+    assert (removed.cycles, removed.decisions, removed.outcomes, removed.jobs) == (10, 10, 10, 10)
+    assert store.count(CycleRow) == 5 and store.count(OutcomeRow) == 5
+    assert store.count(JobRow) == 5 and ModelRegistry(store.engine).count() == 1
+
+
+def test_export_since_writes_csv(url: str, tmp_path: Path) -> None:
+    store = Store(url)
+    for k in range(4):
+        _cycle(store, k, time.time() - 10 * 86400.0)
+    for k in range(4, 7):
+        _cycle(store, k, time.time() - 3600.0)
+    out = tmp_path / "export"
+    result = CliRunner().invoke(main, ["export", "--store", url, "--since", "2d",
+                                       "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    with (out / "outcomes.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted(r["job_key"] for r in rows) == [f"{CLUSTER}:w{k}" for k in range(4, 7)]
+    with (out / "decisions.csv").open() as handle:
+        assert len(list(csv.DictReader(handle))) == 3
+
+
+def test_models_commands(url: str, tmp_path: Path) -> None:
+    from slurm_rl.agents.ordering.agent import default_bundle_path
+
+    registry = ModelRegistry(Store(url).engine)
+    first = registry.register("rl+rl", bundle=default_bundle_path())
+    second = registry.register("qssf+fastest-gpu")
+    runner = CliRunner()
+    assert runner.invoke(main, ["models", "promote", "--store", url, str(first)]).exit_code == 0
+    done = runner.invoke(main, ["models", "promote", "--store", url, str(second)])
+    assert done.exit_code == 0 and f"v{second} active (was v{first})" in done.output
+    listed = runner.invoke(main, ["models", "list", "--store", url])
+    assert f"* v{second}" in listed.output and f"  v{first}" in listed.output
+    back = runner.invoke(main, ["models", "rollback", "--store", url])
+    assert back.exit_code == 0 and f"rolled back v{second}; active: v{first}" in back.output
+    assert registry.active_number() == first
+    bundle = registry.materialize(first, tmp_path / "cache")
+    assert (bundle / "weights.pt").read_bytes() == \
+        (default_bundle_path() / "weights.pt").read_bytes()
+    missing = runner.invoke(main, ["models", "promote", "--store", url, "99"])
+    assert missing.exit_code == 2
+    assert missing.output.strip().splitlines()[-1].startswith("error: no model version 99")
