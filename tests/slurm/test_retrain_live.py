@@ -1,0 +1,122 @@
+"""Retraining end to end on the native Slurm cluster: the daemon schedules real ``sbatch``
+jobs and fills its store, the daemon's scheduled retrain (APScheduler, its job store in the
+same database, the retrain in its own process) fine-tunes a candidate and the gate promotes
+it over a deliberately damaged active version; a one-shot ``slurm-rl retrain`` judges the
+damaged bundle and does not promote it; ``slurm-rl models rollback`` restores the previous
+version in the running daemon."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from slurm_rl.agents.ordering.agent import default_bundle_path
+from slurm_rl.daemon.runner import Daemon
+from slurm_rl.retrain.schedule import start_schedule
+from slurm_rl.store.models import OutcomeRow
+from slurm_rl.store.registry import ModelRegistry
+from slurm_rl.store.registry_models import NodeRow, RetrainRunRow
+from tests.retrain.logged import damaged_bundle
+from tests.slurm.live import LiveCluster
+from tests.slurm.test_daemon_live import REPO, _daemon
+
+pytestmark = pytest.mark.slurm
+
+SHORT, LONG = "sleep 1", "sleep 6"
+
+
+def _cycle_until(daemon: Daemon, done: object, what: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        daemon.run_once()
+        time.sleep(1.0)
+
+
+def _outcomes(daemon: Daemon) -> int:
+    return daemon.store.count(OutcomeRow)
+
+
+def _finished_run(daemon: Daemon) -> RetrainRunRow | None:
+    with Session(daemon.store.engine) as session:
+        row = session.scalars(select(RetrainRunRow).order_by(RetrainRunRow.id.desc())).first()
+        return row if row is not None and row.status != "running" else None
+
+
+def _submit(live: LiveCluster, user: str, script: str) -> str:
+    return live.sbatch(user, "--gres=gpu:a100:8", "-t", "10", script=script)
+
+
+def test_retrain_promotes_a_better_candidate_not_a_worse_one_and_rolls_back(
+    live: LiveCluster, tmp_path: Path
+) -> None:
+    damaged = damaged_bundle(default_bundle_path(), tmp_path / "damaged")
+    daemon = _daemon(
+        live, tmp_path, policy="rl+rl", defer_window_s=live.window_s, retrain_every_h=24.0,
+        retrain_window_days=1.0, retrain_margin=0.05, retrain_iterations=1,
+        retrain_episodes=1, retrain_gate_seeds=1, retrain_base_bundle=default_bundle_path())
+    url = daemon.store.engine.url.render_as_string(hide_password=False)
+    registry = ModelRegistry(daemon.store.engine)
+    v1 = registry.register("rl+rl", bundle=damaged, note="damaged on purpose")
+    registry.promote(v1)
+    schedule = None
+    try:
+        assert daemon.run_once().ok  # the running daemon picks the version up
+        assert daemon.config.policy_bundle == tmp_path / "models" / f"v{v1}"
+
+        # Real jobs: first some history (alice's jobs are short, bob's long), then a burst
+        # of whole-node jobs that queue for the four a100 nodes.
+        for user, script in [("alice", SHORT), ("alice", SHORT), ("bob", LONG), ("bob", LONG)]:
+            _submit(live, user, script)
+        _cycle_until(daemon, lambda: _outcomes(daemon) == 4, "the first jobs' outcomes", 60)
+        for user, script in [("bob", LONG)] * 4 + [("alice", SHORT)] * 8:
+            _submit(live, user, script)
+        _cycle_until(daemon, lambda: _outcomes(daemon) == 16, "the burst's outcomes", 120)
+        with Session(daemon.store.engine) as session:
+            assert len(session.scalars(select(NodeRow)).all()) == 8  # 4 a100 + 4 v100
+
+        # The daemon's scheduled retrain, run now; the daemon keeps cycling meanwhile.
+        schedule = start_schedule(daemon.config, daemon.store.engine)
+        assert schedule is not None
+        schedule.run_now()
+        _cycle_until(daemon, lambda: _finished_run(daemon) is not None, "the retrain", 300)
+        run = _finished_run(daemon)
+        assert run is not None and run.status == "promoted", run.message if run else None
+        print(run.message)  # the figures, for -s runs
+        v2 = run.candidate_version
+        assert v2 is not None and registry.active_number() == v2
+        gate = registry.get(v2).metrics["gate"]
+        assert isinstance(gate, dict) and gate["improvement"] >= 0.05
+        assert registry.get(v2).base_version == v1 and registry.get(v2).window_jobs == 16
+        assert daemon.run_once().ok
+        assert daemon.config.policy_bundle == tmp_path / "models" / f"v{v2}"
+
+        # A worse candidate, judged by the one-shot command (as cron would run it).
+        argv = [sys.executable, "-m", "slurm_rl.retrain", "--store", url, "--cluster", "live",
+                "--window-days", "1", "--margin", "0.05", "--gate-seeds", "1", "--cycle", "1",
+                "--defer-window", str(live.window_s), "--candidate", str(damaged),
+                "--cache-dir", str(tmp_path / "models")]
+        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300,
+                              check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "registered, not promoted" in done.stdout
+        print(done.stdout.strip().splitlines()[-1])
+        assert registry.active_number() == v2
+
+        # Rollback: the previous version runs again in the running daemon.
+        back = subprocess.run([sys.executable, "-m", "slurm_rl.cli", "models", "rollback",
+                               "--store", url], cwd=REPO, capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert back.returncode == 0 and f"active: v{v1}" in back.stdout, back.stderr
+        assert daemon.run_once().ok
+        assert daemon.config.policy_bundle == tmp_path / "models" / f"v{v1}"
+    finally:
+        if schedule is not None:
+            schedule.shutdown()
+        daemon.close(retire=False)
