@@ -64,15 +64,14 @@ def retrain_command(config_path: Path | None, store_url: str | None, **options: 
     from slurm_rl.daemon.config import load_config
     from slurm_rl.retrain.run import retrain
 
-    if not logging.getLogger().handlers:
-        logging.basicConfig(stream=sys.stdout, format=LOG_FORMAT, level=logging.INFO)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    if not logging.getLogger().handlers:  # progress and problems on stderr
+        logging.basicConfig(stream=sys.stderr, format=LOG_FORMAT, level=logging.WARNING)
     config = load_config(config_path, {"store_url": store_url})
     if config_path is None and store_url is None:
         raise InputError("give --store URL or --config FILE (the daemon's store)")
     settings = settings_from(config, options)
-    result = retrain(config.store, settings)
-    click.echo(result.message)
+    # The outcome is the command's one line of output (stdout), not a log line as well.
+    result = retrain(config.store, settings, say=lambda r: click.echo(r.message))
     sys.exit(1 if result.status == "failed" else 0)
 
 

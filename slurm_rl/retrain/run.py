@@ -13,6 +13,7 @@ import os
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -60,17 +61,26 @@ class RetrainResult:
 
 
 def retrain(store_url: str, settings: RetrainSettings, *, now: float | None = None,
-            engine: Engine | None = None) -> RetrainResult:
-    """Runs one retrain against the store at ``store_url``; never raises for bad logs."""
+            engine: Engine | None = None,
+            say: Callable[[RetrainResult], None] | None = None) -> RetrainResult:
+    """Runs one retrain against the store at ``store_url``; never raises for bad logs. The
+    outcome's one line goes to ``say`` (default: this module's logger)."""
+    result = _retrain_once(store_url, settings, now, engine)
+    (say or _log)(result)
+    return result
+
+
+def _retrain_once(store_url: str, settings: RetrainSettings, now: float | None,
+                  engine: Engine | None) -> RetrainResult:
     engine = engine or make_engine(store_url)
     try:
         check_schema(engine)
     except RetrainSkipped as exc:
-        return _said(RetrainResult("skipped", f"retrain skipped: {exc}; the active policy stays"))
+        return RetrainResult("skipped", f"retrain skipped: {exc}; the active policy stays")
     run_id = _start_run(engine, settings.lease_s)
     if run_id is None:
-        return _said(RetrainResult("skipped", "retrain skipped: another retrain is running "
-                                   "(a retrain_runs row younger than its lease)"))
+        return RetrainResult("skipped", "retrain skipped: another retrain is running "
+                             "(a retrain_runs row younger than its lease)")
     try:
         result = _retrain(engine, settings, time.time() if now is None else now)
     except RetrainSkipped as exc:
@@ -82,13 +92,12 @@ def retrain(store_url: str, settings: RetrainSettings, *, now: float | None = No
         result = RetrainResult("failed", f"retrain failed: {type(exc).__name__}: {exc}; "
                                "the active policy stays")
     _finish_run(engine, run_id, result)
-    return _said(result)
+    return result
 
 
-def _said(result: RetrainResult) -> RetrainResult:
+def _log(result: RetrainResult) -> None:
     level = logging.WARNING if result.status in ("skipped", "failed") else logging.INFO
     log.log(level, "%s", result.message)
-    return result
 
 
 def _retrain(engine: Engine, settings: RetrainSettings, now: float) -> RetrainResult:

@@ -56,9 +56,13 @@ def run_retrain_process(argv: list[str], timeout_s: float) -> int:
     except subprocess.TimeoutExpired:
         log.warning("retrain process killed after %g s; the active policy stays", timeout_s)
         return 124
-    for line in done.stdout.splitlines() + done.stderr.splitlines():
+    # stdout is the run's one outcome line; stderr carries warnings and, for a bug, its trace.
+    for line in done.stdout.splitlines():
         if line.strip():
-            log.info("retrain: %s", line.strip())
+            log.info("%s", line.strip())
+    for line in done.stderr.splitlines():
+        if line.strip():
+            log.warning("retrain process: %s", line.rstrip())
     return done.returncode
 
 

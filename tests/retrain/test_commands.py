@@ -1,0 +1,84 @@
+"""The retrain schedule (APScheduler job in the store's own database) and the command lines'
+bad-input behaviour: one line, exit code 2, nothing changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from click.testing import CliRunner
+
+from slurm_rl.cli import main
+from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.retrain.cli import retrain_command
+from slurm_rl.retrain.schedule import JOB_TABLE, RETRAIN_JOB, retrain_argv, start_schedule
+from slurm_rl.store.repository import Store
+
+
+def test_the_schedule_keeps_its_job_in_the_store_coalesced_one_at_a_time(
+    tmp_path: Path
+) -> None:
+    config = DaemonConfig(state_dir=tmp_path, retrain_every_h=6.0,
+                          retrain_misfire_grace_s=900.0, retention_days=30.0)
+    store = Store(config.store)
+    schedule = start_schedule(config, store.engine)
+    assert schedule is not None
+    try:
+        job = schedule.scheduler.get_job(RETRAIN_JOB)
+        assert job is not None and job.coalesce and job.max_instances == 1
+        assert job.misfire_grace_time == 900
+        assert job.kwargs["argv"] == retrain_argv(config)
+        with store.engine.connect() as connection:
+            ids = connection.execute(sa.text(f"SELECT id FROM {JOB_TABLE}")).scalars().all()
+        assert set(ids) == {RETRAIN_JOB, "slurm-rl-retention"}
+    finally:
+        schedule.shutdown()
+    assert start_schedule(DaemonConfig(state_dir=tmp_path), store.engine) is None  # off
+
+
+def test_the_scheduled_command_line_is_one_the_command_accepts(tmp_path: Path) -> None:
+    config = DaemonConfig(state_dir=tmp_path, cluster_name="c", retrain_every_h=1.0,
+                          retrain_base_bundle=tmp_path)
+    argv = retrain_argv(config)
+    assert argv[1:3] == ["-m", "slurm_rl.retrain"]
+    context = retrain_command.make_context("retrain", argv[3:])
+    assert context.params["store_url"] == config.store
+    assert context.params["base_bundle"] == tmp_path
+
+
+def _one_error_line(args: list[str]) -> str:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    return lines[0]
+
+
+def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    Store(url)
+    assert "give --store URL or --config FILE" in _one_error_line(["retrain"])
+    line = _one_error_line(["retrain", "--store", url, "--candidate", str(tmp_path / "nope")])
+    assert "--candidate: no such bundle directory" in line
+    line = _one_error_line(["export", "--store", url, "--since", "yesterday-ish",
+                            "--output", str(tmp_path / "x")])
+    assert "--since: not a time: 'yesterday-ish'" in line
+    line = _one_error_line(["export", "--store", url, "--since", "1d", "--tables", "cycles,foo",
+                            "--output", str(tmp_path / "x")])
+    assert "--tables: unknown foo" in line
+    assert "nothing to roll back" in _one_error_line(["models", "rollback", "--store", url])
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[daemon]\nretrain_margin = 2\n")
+    line = _one_error_line(["retrain", "--config", str(bad)])
+    assert "bad.toml" in line and "retrain_margin" in line
+
+
+def test_an_empty_store_retrain_exits_0_with_the_skip_line(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    Store(url)
+    result = CliRunner().invoke(main, ["retrain", "--store", url, "--cache-dir",
+                                       str(tmp_path / "models")])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "retrain skipped: no finished jobs in the store in the last 7 days; "
+        "the active policy stays")
