@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import select
+from sqlalchemy import exists, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from slurm_rl.core import Node
 from slurm_rl.errors import SlurmRLError
 from slurm_rl.store import migrate
-from slurm_rl.store.models import JobRow, OutcomeRow
+from slurm_rl.store.models import DecisionRow, JobRow, OutcomeRow
 from slurm_rl.store.nodes import stored_nodes
 
 DAY = 86400.0
@@ -82,16 +82,19 @@ def check_schema(engine: Engine) -> None:
 
 def load_window(engine: Engine, cluster: str | None, days: float, now: float) -> LoggedWindow:
     """Jobs that ended in the last ``days`` days before ``now`` (of ``cluster``, default:
-    the cluster with the most of them)."""
+    the cluster with the most of them) and that the daemon saw pending (it stored a decision
+    for them): a job already running or finished when the daemon first saw it was not
+    scheduled by any policy, and its queueing says nothing about one."""
     check_schema(engine)
     start = now - days * DAY
     with Session(engine) as session:
         query = (select(JobRow, OutcomeRow).join(OutcomeRow, OutcomeRow.job_key == JobRow.job_key)
-                 .where(OutcomeRow.end_time >= start, OutcomeRow.end_time <= now)
+                 .where(OutcomeRow.end_time >= start, OutcomeRow.end_time <= now,
+                        exists().where(DecisionRow.job_key == JobRow.job_key))
                  .order_by(JobRow.submit_time, JobRow.job_id))
         rows = [(row[0], row[1]) for row in session.execute(query)]
     if not rows:
-        raise RetrainSkipped(f"no finished jobs in the store in the last {days:g} days")
+        raise RetrainSkipped(f"no finished jobs the daemon scheduled in the last {days:g} days")
     chosen = cluster or Counter(job.cluster for job, _ in rows).most_common(1)[0][0]
     nodes = stored_nodes(engine, chosen)
     if not nodes:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from slurm_rl.core import Cluster, FinishedJob, Job, Node, Placement
+from slurm_rl.core import Cluster, ClusterSnapshot, Decision, FinishedJob, Job, Node, Placement
 from slurm_rl.store.nodes import record_nodes
-from slurm_rl.store.repository import Store
+from slurm_rl.store.repository import ActionRecord, Store
 
 CLUSTER = "logged"
 NODES = (
@@ -44,6 +44,15 @@ def fill(store: Store, jobs: int, *, now: float, seed: int = 0, nodes: bool = Tr
                   num_nodes=1, gpus_per_node=gpus, time_limit=3600.0)
         finished.append(FinishedJob(job, start, start + runtime, Placement((node.name,), (gpus,))))
     done = [f for f in finished if f.end_time <= now]
+    if done:  # the daemon saw them pending and decided (one cycle), then saw them end
+        jobs = tuple(f.job for f in done)
+        snapshot = ClusterSnapshot(time=done[0].job.submit_time, cluster=cluster,
+                                   free_gpus=tuple(n.gpus for n in NODES), pending=jobs,
+                                   running=(), finished=())
+        decision = Decision(ranking=tuple(j.job_id for j in jobs), placements={},
+                            policy_id="logged")
+        store.record_cycle(snapshot, decision, [ActionRecord(j.job_id, "release") for j in jobs],
+                           mode="enforce")
     store.record_outcomes(CLUSTER, done, "squeue")
     return done
 

@@ -80,5 +80,5 @@ def test_an_empty_store_retrain_exits_0_with_the_skip_line(tmp_path: Path) -> No
                                        str(tmp_path / "models")])
     assert result.exit_code == 0, result.output
     assert result.output.strip().splitlines()[-1] == (
-        "retrain skipped: no finished jobs in the store in the last 7 days; "
+        "retrain skipped: no finished jobs the daemon scheduled in the last 7 days; "
         "the active policy stays")

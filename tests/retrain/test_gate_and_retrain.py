@@ -20,6 +20,7 @@ from slurm_rl.retrain.gate import GateSettings, PolicyRef, judge
 from slurm_rl.retrain.run import RetrainSettings, retrain
 from slurm_rl.retrain.window import load_window
 from slurm_rl.store import migrate
+from slurm_rl.store.models import DecisionRow
 from slurm_rl.store.registry import ModelRegistry
 from slurm_rl.store.registry_models import ModelVersionRow
 from slurm_rl.store.repository import Store, make_engine
@@ -117,7 +118,7 @@ def _skipped(caplog: pytest.LogCaptureFixture, store: Store, tmp_path: Path) -> 
 def test_no_finished_jobs_skips(store: Store, tmp_path: Path,
                                 caplog: pytest.LogCaptureFixture) -> None:
     message = _skipped(caplog, store, tmp_path)
-    assert message == ("retrain skipped: no finished jobs in the store in the last 1 days; "
+    assert message == ("retrain skipped: no finished jobs the daemon scheduled in the last 1 days; "
                        "the active policy stays")
 
 
@@ -145,3 +146,12 @@ def test_a_store_at_an_older_schema_is_skipped_not_upgraded(
     assert "store schema is at revision 0001, retraining needs 0002_retrain_registry" in \
         result.message
     assert "model_versions" not in sa.inspect(engine).get_table_names()  # left as it was
+
+
+def test_jobs_the_daemon_never_saw_pending_are_left_out(
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fill(store, 10, now=NOW)
+    with Session(store.engine) as session, session.begin():
+        session.execute(sa.delete(DecisionRow))  # as if they ran before the daemon started
+    assert "no finished jobs the daemon scheduled" in _skipped(caplog, store, tmp_path)

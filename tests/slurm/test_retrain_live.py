@@ -24,23 +24,30 @@ from slurm_rl.store.registry import ModelRegistry
 from slurm_rl.store.registry_models import NodeRow, RetrainRunRow
 from tests.retrain.logged import damaged_bundle
 from tests.slurm.live import LiveCluster
-from tests.slurm.test_daemon_live import REPO, _daemon
+from tests.slurm.test_daemon_live import CLUSTER, REPO, _daemon
 
 pytestmark = pytest.mark.slurm
 
 SHORT, LONG = "sleep 1", "sleep 6"
 
 
-def _cycle_until(daemon: Daemon, done: object, what: str, timeout_s: float) -> None:
+def _cycle_until(live: LiveCluster, daemon: Daemon, done: object, what: str,
+                 timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while not done():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() > deadline:
+            queue = live.run("squeue", "-h", "-t", "all", "-o", "%i %u %T %r %N").stdout
+            nodes = live.run("sinfo", "-h", "-N", "-o", "%N %T %G").stdout
+            raise AssertionError(f"timed out waiting for {what}; outcomes stored: "
+                                 f"{daemon.store.count(OutcomeRow)}\nsqueue:\n{queue}\nsinfo:\n{nodes}")
         daemon.run_once()
         time.sleep(1.0)
 
 
-def _outcomes(daemon: Daemon) -> int:
-    return daemon.store.count(OutcomeRow)
+def _ended(daemon: Daemon, jobs: list[str]) -> bool:
+    """Whether every one of ``jobs`` has its outcome stored (squeue also shows the finished
+    jobs of earlier tests, which the daemon records too)."""
+    return all(daemon.store.outcome_for(CLUSTER, job_id) is not None for job_id in jobs)
 
 
 def _finished_run(daemon: Daemon) -> RetrainRunRow | None:
@@ -72,12 +79,12 @@ def test_retrain_promotes_a_better_candidate_not_a_worse_one_and_rolls_back(
 
         # Real jobs: first some history (alice's jobs are short, bob's long), then a burst
         # of whole-node jobs that queue for the four a100 nodes.
-        for user, script in [("alice", SHORT), ("alice", SHORT), ("bob", LONG), ("bob", LONG)]:
-            _submit(live, user, script)
-        _cycle_until(daemon, lambda: _outcomes(daemon) == 4, "the first jobs' outcomes", 60)
-        for user, script in [("bob", LONG)] * 4 + [("alice", SHORT)] * 8:
-            _submit(live, user, script)
-        _cycle_until(daemon, lambda: _outcomes(daemon) == 16, "the burst's outcomes", 120)
+        first = [_submit(live, user, script) for user, script in
+                 [("alice", SHORT), ("alice", SHORT), ("bob", LONG), ("bob", LONG)]]
+        _cycle_until(live, daemon, lambda: _ended(daemon, first), "the first outcomes", 60)
+        burst = [_submit(live, user, script)
+                 for user, script in [("bob", LONG)] * 4 + [("alice", SHORT)] * 8]
+        _cycle_until(live, daemon, lambda: _ended(daemon, burst), "the burst's outcomes", 120)
         with Session(daemon.store.engine) as session:
             assert len(session.scalars(select(NodeRow)).all()) == 8  # 4 a100 + 4 v100
 
@@ -85,7 +92,7 @@ def test_retrain_promotes_a_better_candidate_not_a_worse_one_and_rolls_back(
         schedule = start_schedule(daemon.config, daemon.store.engine)
         assert schedule is not None
         schedule.run_now()
-        _cycle_until(daemon, lambda: _finished_run(daemon) is not None, "the retrain", 300)
+        _cycle_until(live, daemon, lambda: _finished_run(daemon) is not None, "the retrain", 300)
         run = _finished_run(daemon)
         assert run is not None and run.status == "promoted", run.message if run else None
         print(run.message)  # the figures, for -s runs
