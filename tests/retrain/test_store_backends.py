@@ -103,6 +103,7 @@ def test_the_daemon_writes_while_a_retrain_reads(url: str) -> None:
         thread.join(timeout=60)
     assert not errors, errors
     assert reads >= 3 and written >= 20
+    print(f"{url.split(':')[0]}: {written} cycles written during {reads} retrain reads")
     check = Store(url, upgrade=False)
     # fill() wrote one cycle deciding its 30 jobs; the writer one cycle and decision each
     assert check.count(CycleRow) == 1 + written and check.count(DecisionRow) == 30 + written
