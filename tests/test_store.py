@@ -49,9 +49,10 @@ def test_cycles_accumulate_and_survive_reopening(tmp_path):
 def test_upgrade_and_downgrade(tmp_path):
     engine = make_engine(f"sqlite:///{tmp_path}/c.sqlite")
     migrate.upgrade(engine)
-    assert {"cycles", "jobs", "decisions", "outcomes"} <= set(sa.inspect(engine).get_table_names())
+    audit = {"cycles", "jobs", "decisions", "outcomes"}
+    assert audit <= set(sa.inspect(engine).get_table_names())
     migrate.downgrade(engine, "base")
-    assert not {"cycles", "jobs", "decisions", "outcomes"} & set(sa.inspect(engine).get_table_names())
+    assert not audit & set(sa.inspect(engine).get_table_names())
     migrate.upgrade(engine)
     assert OutcomeRow.__tablename__ in sa.inspect(engine).get_table_names()
 
