@@ -167,7 +167,7 @@ class Daemon:
         # Retraining (docs/retraining.md): the registry's active version, and the schedule.
         self._base_config = config
         self.models = ModelFollower(self.store.engine) if config.models_follow else None
-        self._retrain: RetrainSchedule | None = None
+        self.schedule: RetrainSchedule | None = None  # retraining and retention, in run()
         if self.models is not None:
             self.models.seen = None  # the parts above run the configured policy
             self.follow_models()
@@ -302,7 +302,7 @@ class Daemon:
         log.info("daemon started: policy %s, mode %s, every %g s, store %s",
                  self.config.policy, self.config.recorded_mode, self.config.interval_s,
                  self.store.engine.url.render_as_string(hide_password=True))
-        self._retrain = start_schedule(self._base_config, self.store.engine)
+        self.schedule = start_schedule(self._base_config, self.store.engine)
         with self._signal_handlers():
             while not self._stop:
                 if self._reload:
@@ -352,9 +352,9 @@ class Daemon:
 
     def close(self, *, retire: bool = True) -> None:
         """Flush buffered outcomes, retire the heartbeat (if this run beats) and let go."""
-        if self._retrain is not None:
-            self._retrain.shutdown()
-            self._retrain = None
+        if self.schedule is not None:
+            self.schedule.shutdown()
+            self.schedule = None
         self._flush_quietly()
         if retire and self.config.changes_slurm:
             with contextlib.suppress(OSError):

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,6 @@ from sqlalchemy.orm import Session
 
 from slurm_rl.agents.ordering.agent import default_bundle_path
 from slurm_rl.daemon.runner import Daemon
-from slurm_rl.retrain.schedule import start_schedule
 from slurm_rl.store.models import OutcomeRow
 from slurm_rl.store.registry import ModelRegistry
 from slurm_rl.store.registry_models import NodeRow, RetrainRunRow
@@ -31,17 +32,20 @@ pytestmark = pytest.mark.slurm
 SHORT, LONG = "sleep 1", "sleep 6"
 
 
-def _cycle_until(live: LiveCluster, daemon: Daemon, done: object, what: str,
-                 timeout_s: float) -> None:
+def _wait(live: LiveCluster, daemon: Daemon, done: Callable[[], bool], what: str,
+          timeout_s: float) -> None:
+    """Wait while the daemon's own loop (a thread here) cycles."""
     deadline = time.monotonic() + timeout_s
-    while not done():  # type: ignore[operator]
+    while not done():
         if time.monotonic() > deadline:
             queue = live.run("squeue", "-h", "-t", "all", "-o", "%i %u %T %r %N").stdout
-            nodes = live.run("sinfo", "-h", "-N", "-o", "%N %T %G").stdout
             raise AssertionError(f"timed out waiting for {what}; outcomes stored: "
-                                 f"{daemon.store.count(OutcomeRow)}\nsqueue:\n{queue}\nsinfo:\n{nodes}")
-        daemon.run_once()
-        time.sleep(1.0)
+                                 f"{daemon.store.count(OutcomeRow)}; squeue:\n{queue}")
+        time.sleep(0.25)
+
+
+def _running(daemon: Daemon, version: int) -> Callable[[], bool]:
+    return lambda: daemon.config.policy_bundle == daemon.config.models_cache / f"v{version}"
 
 
 def _ended(daemon: Daemon, jobs: list[str]) -> bool:
@@ -72,37 +76,39 @@ def test_retrain_promotes_a_better_candidate_not_a_worse_one_and_rolls_back(
     registry = ModelRegistry(daemon.store.engine)
     v1 = registry.register("rl+rl", bundle=damaged, note="damaged on purpose")
     registry.promote(v1)
-    schedule = None
+    loop = threading.Thread(target=daemon.run, name="daemon-loop")  # the daemon's own loop
+    loop.start()
     try:
-        assert daemon.run_once().ok  # the running daemon picks the version up
-        assert daemon.config.policy_bundle == tmp_path / "models" / f"v{v1}"
+        _wait(live, daemon, _running(daemon, v1), "the daemon to run v1", 15)
+        _wait(live, daemon, lambda: daemon.schedule is not None, "the retrain schedule", 15)
 
         # Real jobs: first some history (alice's jobs are short, bob's long), then a burst
         # of whole-node jobs that queue for the four a100 nodes.
         first = [_submit(live, user, script) for user, script in
                  [("alice", SHORT), ("alice", SHORT), ("bob", LONG), ("bob", LONG)]]
-        _cycle_until(live, daemon, lambda: _ended(daemon, first), "the first outcomes", 60)
+        _wait(live, daemon, lambda: _ended(daemon, first), "the first outcomes", 60)
         burst = [_submit(live, user, script)
                  for user, script in [("bob", LONG)] * 4 + [("alice", SHORT)] * 8]
-        _cycle_until(live, daemon, lambda: _ended(daemon, burst), "the burst's outcomes", 120)
+        _wait(live, daemon, lambda: _ended(daemon, burst), "the burst's outcomes", 120)
         with Session(daemon.store.engine) as session:
             assert len(session.scalars(select(NodeRow)).all()) == 8  # 4 a100 + 4 v100
 
-        # The daemon's scheduled retrain, run now; the daemon keeps cycling meanwhile.
-        schedule = start_schedule(daemon.config, daemon.store.engine)
-        assert schedule is not None
-        schedule.run_now()
-        _cycle_until(live, daemon, lambda: _finished_run(daemon) is not None, "the retrain", 300)
+        # The daemon's scheduled retrain (its job in the store's apscheduler_jobs), run now;
+        # it trains in its own process while the decision loop keeps cycling.
+        assert daemon.schedule is not None
+        cycles = daemon.cycles
+        daemon.schedule.run_now()
+        _wait(live, daemon, lambda: _finished_run(daemon) is not None, "the retrain", 300)
         run = _finished_run(daemon)
         assert run is not None and run.status == "promoted", run.message if run else None
-        print(run.message)  # the figures, for -s runs
+        print(run.message, f"({daemon.cycles - cycles} daemon cycles meanwhile)")
+        assert daemon.cycles - cycles >= 2  # the loop was not blocked by training
         v2 = run.candidate_version
         assert v2 is not None and registry.active_number() == v2
         gate = registry.get(v2).metrics["gate"]
         assert isinstance(gate, dict) and gate["improvement"] >= 0.05
         assert registry.get(v2).base_version == v1 and registry.get(v2).window_jobs == 16
-        assert daemon.run_once().ok
-        assert daemon.config.policy_bundle == tmp_path / "models" / f"v{v2}"
+        _wait(live, daemon, _running(daemon, v2), "the daemon to run v2", 10)
 
         # A worse candidate, judged by the one-shot command (as cron would run it).
         argv = [sys.executable, "-m", "slurm_rl.retrain", "--store", url, "--cluster", "live",
@@ -121,9 +127,8 @@ def test_retrain_promotes_a_better_candidate_not_a_worse_one_and_rolls_back(
                                "--store", url], cwd=REPO, capture_output=True, text=True,
                               timeout=60, check=False)
         assert back.returncode == 0 and f"active: v{v1}" in back.stdout, back.stderr
-        assert daemon.run_once().ok
-        assert daemon.config.policy_bundle == tmp_path / "models" / f"v{v1}"
+        _wait(live, daemon, _running(daemon, v1), "the daemon to run v1 again", 10)
     finally:
-        if schedule is not None:
-            schedule.shutdown()
-        daemon.close(retire=False)
+        daemon.request_stop()  # run() closes the daemon and its schedule
+        loop.join(timeout=60)
+    assert not loop.is_alive() and daemon.schedule is None
