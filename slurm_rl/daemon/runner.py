@@ -330,7 +330,7 @@ class Daemon:
         store: Store | None = None
         try:
             config = self._base_config = self._load()
-            if self.models is not None:
+            if self.models is not None and config.models_follow:
                 self.models.forget()
                 config = self.models.effective(config)
             parts = self._build(config)
@@ -342,8 +342,7 @@ class Daemon:
                 store.engine.dispose()
             log.warning("reload failed, keeping the running config: %s", exc)
             return False
-        if self.models is not None:
-            self.models.committed()
+        self._follow_after_reload(store is not None)
         if store is not None:
             self._flush_quietly()  # outcomes kept for the old store go to the new one
             old_store.engine.dispose()
@@ -382,6 +381,14 @@ class Daemon:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def _follow_after_reload(self, new_store: bool) -> None:
+        if not self._base_config.models_follow:
+            self.models = None
+        elif self.models is None or new_store:  # resolved against this store next cycle
+            self.models = ModelFollower(self.store.engine)
+        else:
+            self.models.committed()
 
     def follow_models(self) -> bool:
         """Switch to the registry's active version when it changed (each cycle's start; a

@@ -82,3 +82,18 @@ def test_an_empty_store_retrain_exits_0_with_the_skip_line(tmp_path: Path) -> No
     assert result.output.strip().splitlines()[-1] == (
         "retrain skipped: no finished jobs the daemon scheduled in the last 7 days; "
         "the active policy stays")
+
+
+def test_parquet_export_needs_pyarrow_else_one_line(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    Store(url)
+    args = ["export", "--store", url, "--since", "1d", "--format", "parquet",
+            "--output", str(tmp_path / "out")]
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        assert "--format parquet needs pyarrow" in _one_error_line(args)
+        return
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert pq.read_table(tmp_path / "out" / "cycles.parquet").num_rows == 0

@@ -44,3 +44,19 @@ def test_a_reload_runs_the_active_version_and_follow_can_be_off(tmp_path: Path) 
                  runner=_cluster(), clock=Clock())
     assert off.run_once().ok and off.config.policy == "fifo+best-fit"
     off.close()
+
+
+def test_a_reload_can_switch_following_off_and_on(tmp_path: Path) -> None:
+    follow = {"models_follow": True}
+    daemon = Daemon(lambda: _config(tmp_path, policy="fifo+best-fit", **follow),
+                    runner=_cluster(), clock=Clock())
+    registry = ModelRegistry(daemon.store.engine)
+    registry.promote(registry.register("qssf+best-fit"))
+    assert daemon.run_once().ok and daemon.config.policy == "qssf+best-fit"
+    follow["models_follow"] = False
+    assert daemon.reload() and daemon.config.policy == "fifo+best-fit"
+    assert daemon.run_once().ok and daemon.config.policy == "fifo+best-fit"
+    follow["models_follow"] = True
+    assert daemon.reload() and daemon.run_once().ok
+    assert daemon.config.policy == "qssf+best-fit"
+    daemon.close()
