@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
@@ -176,20 +176,29 @@ def _set_metrics(registry: ModelRegistry, version: int, metrics: dict[str, Any])
 
 
 def _start_run(engine: Engine, lease_s: float) -> int | None:
+    """This run's row, or None (and a ``skipped`` row) when another run holds the lease.
+
+    The row is inserted before the others are read: on SQLite the insert takes the write
+    lock, so of two runs starting together the second sees the first; PostgreSQL's read
+    committed would let both miss each other, so there the table is locked first."""
     started = datetime.now(UTC)
     with Session(engine) as session, session.begin():
-        cutoff = started - timedelta(seconds=lease_s)
-        running = session.scalars(select(RetrainRunRow).where(
-            RetrainRunRow.status == "running")).all()
-        if any(_aware(row.started_at) > cutoff for row in running):
-            return None
-        for row in running:  # older than the lease: that process died
-            row.status, row.message = "failed", "abandoned (lease expired)"
-        row = RetrainRunRow(started_at=started, status="running", message="",
-                            host=socket.gethostname(), pid=os.getpid())
-        session.add(row)
+        if engine.dialect.name == "postgresql":
+            session.execute(text("LOCK TABLE retrain_runs IN SHARE ROW EXCLUSIVE MODE"))
+        mine = RetrainRunRow(started_at=started, status="running", message="",
+                             host=socket.gethostname(), pid=os.getpid())
+        session.add(mine)
         session.flush()
-        return row.id
+        cutoff = started - timedelta(seconds=lease_s)
+        others = session.scalars(select(RetrainRunRow).where(
+            RetrainRunRow.status == "running", RetrainRunRow.id != mine.id)).all()
+        if any(_aware(row.started_at) > cutoff for row in others):
+            mine.status, mine.finished_at = "skipped", started
+            mine.message = "another retrain is running"
+            return None
+        for row in others:  # older than the lease: that process died
+            row.status, row.message = "failed", "abandoned (lease expired)"
+        return mine.id
 
 
 def _aware(moment: datetime) -> datetime:

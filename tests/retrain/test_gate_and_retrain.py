@@ -155,3 +155,22 @@ def test_jobs_the_daemon_never_saw_pending_are_left_out(
     with Session(store.engine) as session, session.begin():
         session.execute(sa.delete(DecisionRow))  # as if they ran before the daemon started
     assert "no finished jobs the daemon scheduled" in _skipped(caplog, store, tmp_path)
+
+
+def test_a_run_holding_the_lease_makes_another_skip(store: Store, tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from slurm_rl.store.registry_models import RetrainRunRow
+
+    fill(store, 10, now=NOW)
+    with Session(store.engine) as session, session.begin():
+        session.add(RetrainRunRow(started_at=datetime.now(UTC), status="running", message="",
+                                  host="elsewhere", pid=1))
+        session.add(RetrainRunRow(started_at=datetime.now(UTC) - timedelta(days=1),
+                                  status="running", message="", host="dead", pid=2))
+    result = retrain(store.engine.url.render_as_string(), tiny(tmp_path), now=NOW)
+    assert result.status == "skipped" and "another retrain is running" in result.message
+    with Session(store.engine) as session:
+        statuses = [r.status for r in session.scalars(sa.select(RetrainRunRow)
+                                                      .order_by(RetrainRunRow.id))]
+    assert statuses == ["running", "running", "skipped"]  # nothing else touched

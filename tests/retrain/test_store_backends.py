@@ -163,3 +163,20 @@ def test_models_commands(url: str, tmp_path: Path) -> None:
     missing = runner.invoke(main, ["models", "promote", "--store", url, "99"])
     assert missing.exit_code == 2
     assert missing.output.strip().splitlines()[-1].startswith("error: no model version 99")
+
+
+def test_a_retrain_on_this_store(url: str, tmp_path: Path) -> None:
+    from slurm_rl.agents.ordering.agent import default_bundle_path
+    from slurm_rl.retrain.run import retrain
+    from tests.retrain.logged import damaged_bundle
+    from tests.retrain.test_gate_and_retrain import tiny
+
+    store = Store(url)
+    fill(store, 40, now=NOW)
+    registry = ModelRegistry(store.engine)
+    bad = registry.register("rl+rl", bundle=damaged_bundle(default_bundle_path(),
+                                                           tmp_path / "bad"))
+    registry.promote(bad)
+    result = retrain(url, tiny(tmp_path, base_bundle=default_bundle_path()), now=NOW)
+    assert result.status == "promoted", result.message
+    assert registry.active_number() == result.version == bad + 1
