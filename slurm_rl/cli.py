@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from slurm_rl import __version__
 from slurm_rl.errors import SlurmRLError
@@ -30,6 +31,10 @@ LAZY_COMMANDS = {
     "export": "slurm_rl.export:export_command",
     "models": "slurm_rl.models_command:models_group",
     "retrain": "slurm_rl.retrain.cli:retrain_command",
+    "explain": "slurm_rl.ops.explain:explain_command",
+    "revert": "slurm_rl.ops.revert:revert_command",
+    "selftest": "slurm_rl.ops.selftest:selftest_command",
+    "show-conf": "slurm_rl.ops.showconf:show_conf_command",
     "train": "slurm_rl.training.cli:train_command",
 }
 
@@ -52,7 +57,9 @@ class FriendlyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except SlurmRLError as error:
-            err_console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
+            # The message is data (a key like "[daemon]", a job name): never rich markup.
+            err_console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False,
+                              soft_wrap=True)
             sys.exit(2)
 
 

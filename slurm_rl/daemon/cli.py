@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from slurm_rl.daemon.config import DaemonConfig, load_config
+from slurm_rl.daemon.config import DaemonConfig, config_path, load_config
 from slurm_rl.daemon.runner import Daemon
 from slurm_rl.errors import SlurmRLError
 
@@ -22,22 +22,34 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 CHATTY_LOGGERS = ("slurm_rl.slurm.actuator",)
 
 
+DECISIONS_LOGGER = "slurm_rl.decisions"
+
+
 def configure_logging(config: DaemonConfig) -> None:
-    """Log to stdout at the config's level (called again after every reload)."""
+    """Log to stdout at the config's level (called again after every reload); decisions go
+    to stdout as bare JSON lines (one per stored decision) when ``log_json`` is on."""
     level = getattr(logging, config.log_level.upper())
     root = logging.getLogger()
     if not root.handlers:
         logging.basicConfig(stream=sys.stdout, format=LOG_FORMAT)
     root.setLevel(level)
+    decisions = logging.getLogger(DECISIONS_LOGGER)
+    if not decisions.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        decisions.addHandler(handler)
+        decisions.propagate = False
+    decisions.setLevel(logging.INFO if config.log_json else logging.WARNING)
     chatty = logging.DEBUG if level <= logging.DEBUG else logging.WARNING
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(chatty)
 
 
 @click.command("daemon")
-@click.option("--config", "config_path", default=None,
+@click.option("--config", "config_file", default=None,
               type=click.Path(dir_okay=False, path_type=Path),
-              help="TOML file; the daemon reads its [daemon] table (re-read on SIGHUP).")
+              help="TOML file; the daemon reads its [daemon] table (re-read on SIGHUP) "
+                   "[default: $SLURM_RL_CONFIG, else /etc/slurm-rl/slurm-rl.toml if it exists].")
 @click.option("--policy", default=None, help="<ordering>+<placement>, e.g. fifo+best-fit.")
 @click.option("--mode", type=click.Choice(["shadow", "advise", "enforce"]), default=None,
               help="shadow: change nothing; advise: order only; enforce: order and place.")
@@ -49,7 +61,7 @@ def configure_logging(config: DaemonConfig) -> None:
 @click.option("--interval", "interval_s", type=click.FloatRange(min=0.01, min_open=False),
               default=None, help="Seconds from one cycle to the next [default: 5].")
 def daemon_command(
-    config_path: Path | None,
+    config_file: Path | None,
     policy: str | None,
     mode: str | None,
     once: bool,
@@ -59,13 +71,15 @@ def daemon_command(
 ) -> None:
     """Order and place pending GPU jobs on this Slurm cluster, and record everything.
 
-    Settings come from the defaults, then --config, then these options. SIGTERM finishes
+    Settings come from the defaults, then the config file, then SLURM_RL_* variables, then
+    these options. SIGTERM finishes
     the running cycle and exits; SIGHUP reloads the config and the policy.
     """
     overrides = {"policy": policy, "mode": mode, "dry_run": dry_run,
                  "store_url": store_url, "interval_s": interval_s}
+    path = config_path(config_file)
     try:
-        daemon = Daemon(lambda: load_config(config_path, overrides), on_config=configure_logging)
+        daemon = Daemon(lambda: load_config(path, overrides), on_config=configure_logging)
     except SlurmRLError as exc:
         raise click.ClickException(str(exc)) from exc
     # Modules, policy weights and the like live as long as the process: keep the collector

@@ -1,14 +1,18 @@
 """The daemon's settings: a typed, validated model read from the ``[daemon]`` table of a TOML
-file, with command-line overrides on top.
+file, environment variables and command-line overrides on top.
 
-Precedence (lowest first): the defaults below, the file, the command line. SIGHUP re-reads
-the file and re-applies the same command-line overrides, so a flag given at start-up keeps
-winning after a reload. Other tables of the file belong to other parts of slurm-rl and are
-left alone, so one site file can configure them all.
+Precedence (lowest first): the defaults below, the file (``--config``, else
+``/etc/slurm-rl/slurm-rl.toml`` when it exists, or ``$SLURM_RL_CONFIG``), the environment
+(``SLURM_RL_<FIELD>``, e.g. ``SLURM_RL_MODE=enforce``), the command line. SIGHUP re-reads the
+file and the environment and re-applies the same command-line overrides, so a flag given at
+start-up keeps winning after a reload. Other tables of the file belong to other parts of
+slurm-rl and are left alone, so one site file can configure them all.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +29,9 @@ DEFAULT_STATE_DIR = Path("/var/lib/slurm-rl")
 STORE_FILE = "slurm-rl.sqlite"
 HEARTBEAT_FILE = "heartbeat"
 JOBCOMP_POSITION_FILE = "jobcomp.position"
+DEFAULT_CONFIG_PATH = Path("/etc/slurm-rl/slurm-rl.toml")
+CONFIG_PATH_ENV = "SLURM_RL_CONFIG"
+ENV_PREFIX = "SLURM_RL_"
 
 
 class DaemonConfig(BaseModel):
@@ -66,6 +73,9 @@ class DaemonConfig(BaseModel):
     retrain_misfire_grace_s: float = Field(default=3600.0, gt=0)
     retrain_timeout_s: float = Field(default=4 * 3600.0, gt=0)
     retention_days: float = Field(default=0.0, ge=0)  # 0 = keep every row
+    log_json: bool = True  # one JSON line per decision on stdout (besides the cycle line)
+    metrics_port: int = Field(default=9464, ge=0, le=65535)  # Prometheus on 127.0.0.1; 0 = off
+    metrics_address: str = "127.0.0.1"  # never a public interface by default
 
     @model_validator(mode="after")
     def _heartbeat_outlives_a_cycle(self) -> DaemonConfig:
@@ -139,17 +149,96 @@ def _one_line(error: ValidationError) -> str:
     return f"[{SECTION}] {where}: {first['msg']}"
 
 
+def env_name(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+def _env_value(field: str, text: str) -> object:
+    """An environment string as the field wants it: lists and tables as JSON or commas."""
+    if field == "partitions":
+        return tuple(p.strip() for p in text.split(",") if p.strip())
+    if field == "price_per_gpu_hour":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"not a JSON table: {exc.msg}", path=env_name(field)) from exc
+    return text  # pydantic converts "5", "true", "/path" itself
+
+
+def env_values(environ: Mapping[str, str] | None = None) -> dict[str, object]:
+    """The ``SLURM_RL_<FIELD>`` variables set in ``environ`` (empty ones are ignored)."""
+    environ = os.environ if environ is None else environ
+    return {
+        field: _env_value(field, environ[env_name(field)])
+        for field in DaemonConfig.model_fields
+        if environ.get(env_name(field), "") != ""
+    }
+
+
+def config_path(given: Path | None, environ: Mapping[str, str] | None = None) -> Path | None:
+    """``--config``, else ``$SLURM_RL_CONFIG``, else the site file if it exists."""
+    environ = os.environ if environ is None else environ
+    if given is not None:
+        return given
+    if environ.get(CONFIG_PATH_ENV):
+        return Path(environ[CONFIG_PATH_ENV])
+    return DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.is_file() else None
+
+
+def layers(
+    path: Path | None,
+    overrides: Mapping[str, object] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> list[tuple[str, dict[str, Any]]]:
+    """Each source with the values it sets, lowest precedence first."""
+    file_values: dict[str, Any] = _read_section(path) if path is not None else {}
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    return [
+        (str(path), file_values),
+        ("environment", env_values(environ)),
+        ("command line", given),
+    ]
+
+
 def load_config(
-    path: Path | None = None, overrides: Mapping[str, object] | None = None
+    path: Path | None = None,
+    overrides: Mapping[str, object] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> DaemonConfig:
-    """The defaults, then ``[daemon]`` of ``path`` (if given), then ``overrides``.
+    """The defaults, then ``[daemon]`` of ``path`` (if given), then ``SLURM_RL_*`` variables
+    of ``environ`` (default: this process's), then ``overrides``.
 
     Overrides set to None are ignored (a command-line option that was not given). Any
-    problem raises :class:`InputError` with one line naming the file and the key.
+    problem raises :class:`InputError` with one line naming the file (or variable) and key.
     """
-    values: dict[str, Any] = _read_section(path) if path is not None else {}
-    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return load_with_sources(path, overrides, environ)[0]
+
+
+def load_with_sources(
+    path: Path | None = None,
+    overrides: Mapping[str, object] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[DaemonConfig, dict[str, str]]:
+    """The config and, per field, where its value came from (``default`` when unset)."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for source, layer in layers(path, overrides, environ):
+        values.update(layer)
+        sources.update((key, source) for key in layer)
     try:
-        return DaemonConfig(**values)
+        config = DaemonConfig(**values)
     except ValidationError as exc:
-        raise InputError(_one_line(exc), path=path or "command line") from exc
+        raise InputError(_one_line(exc), path=_blame(exc, sources, path)) from exc
+    return config, {f: sources.get(f, "default") for f in DaemonConfig.model_fields}
+
+
+def _blame(error: ValidationError, sources: Mapping[str, str], path: Path | None) -> str:
+    """The file or variable that set the first bad key."""
+    loc = error.errors()[0]["loc"]
+    key = str(loc[0]) if loc else ""
+    source = sources.get(key)
+    if source == "environment":
+        return env_name(key)
+    if source is None and key not in DaemonConfig.model_fields:
+        return str(path) if path is not None else "command line"
+    return source or (str(path) if path is not None else "command line")

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Any
 
 from slurm_rl.core import Cluster, ClusterSnapshot, Decision, Job, Placement, placement_fits_shape
 from slurm_rl.loop import DecisionMaker
+from slurm_rl.ops.reasons import explain_decision
 
 log = logging.getLogger("slurm_rl.daemon")
 SHOWN_REFUSALS = 5  # a log line names this many jobs, then counts the rest
@@ -56,14 +58,22 @@ def checked(decision: Decision, snapshot: ClusterSnapshot) -> tuple[Decision, di
 class GuardedScheduler:
     """A :class:`~slurm_rl.loop.DecisionMaker` whose decisions pass :func:`checked`."""
 
-    def __init__(self, inner: DecisionMaker) -> None:
+    def __init__(self, inner: DecisionMaker, *, explain: bool = True) -> None:
         self.inner = inner
+        self.explain = explain
+        # Why each job of the last decision got its rank and nodes (slurm_rl.ops.reasons).
+        self.explanations: dict[str, dict[str, Any]] = {}
 
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         decision, refused = checked(self.inner.decide(snapshot), snapshot)
         if refused:
             log.warning("policy %s placed %d jobs where Slurm cannot run them, released "
                         "without nodes: %s", decision.policy_id, len(refused), _listing(refused))
+        self.explanations = {}
+        if self.explain:
+            self.explanations = explain_decision(self.inner, snapshot, decision)
+            for job_id, why in refused.items():
+                self.explanations.setdefault(job_id, {})["guard"] = why
         return decision
 
 

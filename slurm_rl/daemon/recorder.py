@@ -11,17 +11,25 @@ written with the next cycle, so an outcome is never lost to a store hiccup.
 
 from __future__ import annotations
 
+import json
+import logging
 import time
-from collections import deque
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from slurm_rl.core import ClusterSnapshot, Decision, FinishedJob
 from slurm_rl.daemon import jobcomp
 from slurm_rl.daemon.jobcomp import JobcompLog
+from slurm_rl.ops.reasons import merge
 from slurm_rl.slurm.actuator import ActuationReport, JobOutcome
 from slurm_rl.store.nodes import NodeRecorder
 from slurm_rl.store.repository import ActionRecord, Store
+
+# One JSON object per stored decision, on its own line (docs/operations.md): job names,
+# comments and users are data, and json.dumps keeps any newline or quote inside one line.
+decisions_log = logging.getLogger("slurm_rl.decisions")
 
 OUTCOME_SOURCE = "squeue"
 # Finished jobs kept for a store that is down: about a day of a busy cluster's completions.
@@ -31,15 +39,18 @@ Signature = tuple[object, ...]
 Queued = tuple[str, str, FinishedJob]  # cluster, source, job
 
 
-def action_record(outcome: JobOutcome) -> ActionRecord:
-    """One actuator outcome as a store row: the action, the argv, Slurm's answer."""
+def action_record(outcome: JobOutcome, why: Mapping[str, Any] | None = None) -> ActionRecord:
+    """One actuator outcome as a store row: the action, the argv, Slurm's answer, and in
+    ``details`` the values before the change (for revert) and the policy's reasons."""
     answer = f"{outcome.error_kind}: {outcome.error}" if outcome.error else None
+    details = {"before": dict(outcome.before)} if outcome.before else None
     return ActionRecord(
         job_id=outcome.job_id,
         action=outcome.kind,
         argv=outcome.argv or None,
         rc=outcome.returncode,
         answer=answer,
+        details=merge(details, dict(why) if why else None),
     )
 
 
@@ -62,6 +73,8 @@ class CycleSummary:
     sent: int
     errors: int
     recorded_actions: int
+    actions: Mapping[str, int] = field(default_factory=dict)  # stored rows by action
+    job_errors: Mapping[str, int] = field(default_factory=dict)  # scontrol errors by kind
 
 
 class StoreRecorder:
@@ -71,6 +84,8 @@ class StoreRecorder:
         self.store = store
         self.mode = mode
         self.jobcomp = jobcomp_log
+        # Anything with ``explanations`` ({job_id: why}) for the decision being recorded.
+        self.explainer: object | None = None
         self.cycle_started = time.monotonic()
         self.last: CycleSummary | None = None
         self.cycle_stored = False  # whether this cycle's row made it (outcomes may still fail)
@@ -99,11 +114,12 @@ class StoreRecorder:
         self.cycle_stored = True
         self._nodes(self.store.engine, snapshot.cluster, snapshot.time)
         self._stored.update((record.job_id, signature) for record, signature in fresh)
+        _log_decisions(cycle_id, decision, [record for record, _ in fresh])
         self._queue_jobcomp(cluster)
         self.flush()
         if self.jobcomp is not None:
             self.jobcomp.commit()
-        self.last = _summary(cycle_id, snapshot, decision, result, len(fresh))
+        self.last = _summary(cycle_id, snapshot, decision, result, [r for r, _ in fresh])
 
     def flush(self) -> int:
         """Write the finished jobs not stored yet; returns how many were new to the store."""
@@ -140,8 +156,9 @@ class StoreRecorder:
         # Forget jobs that left the queue: a requeued job gets its first decision stored again.
         self._stored = {k: v for k, v in self._stored.items() if k in pending}
         fresh = []
+        reasons: Mapping[str, Any] = getattr(self.explainer, "explanations", None) or {}
         for outcome in outcomes:
-            record = action_record(outcome)
+            record = action_record(outcome, reasons.get(outcome.job_id))
             signature = _signature(record, decision)
             if self._stored.get(record.job_id) != signature:
                 fresh.append((record, signature))
@@ -160,7 +177,7 @@ def _summary(
     snapshot: ClusterSnapshot,
     decision: Decision,
     report: ActuationReport,
-    recorded: int,
+    recorded: Sequence[ActionRecord],
 ) -> CycleSummary:
     outcomes: Sequence[JobOutcome] = report.outcomes
     return CycleSummary(
@@ -172,5 +189,25 @@ def _summary(
         placed=len(decision.placements),
         sent=len(report.commands),
         errors=sum(1 for o in outcomes if o.error),
-        recorded_actions=recorded,
+        recorded_actions=len(recorded),
+        actions=dict(Counter(r.action for r in recorded)),
+        job_errors=dict(Counter(o.error_kind for o in outcomes if o.error)),
     )
+
+
+def _log_decisions(cycle_id: int, decision: Decision, records: Sequence[ActionRecord]) -> None:
+    if not decisions_log.isEnabledFor(logging.INFO):
+        return
+    ranks = {job_id: rank for rank, job_id in enumerate(decision.ranking)}
+    for record in records:
+        rank = ranks.get(record.job_id)
+        placement = decision.placements.get(record.job_id)
+        line = {
+            "event": "decision", "cycle": cycle_id, "job": record.job_id,
+            "policy": decision.policy_id, "action": record.action, "rank": rank,
+            "score": decision.scores[rank] if rank is not None and decision.scores else None,
+            "nodes": list(placement.nodes) if placement else None,
+            "argv": list(record.argv) if record.argv else None,
+            "rc": record.rc, "answer": record.answer,
+        }
+        decisions_log.info("%s", json.dumps(line, separators=(",", ":")))

@@ -33,10 +33,11 @@ from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.daemon.guard import GuardedScheduler
 from slurm_rl.daemon.heartbeat import FileHeartbeat, Heartbeat
 from slurm_rl.daemon.jobcomp import JobcompLog
-from slurm_rl.daemon.policy import FALLBACK_POLICY, PolicyBundleError, make_policy
+from slurm_rl.daemon.policy import FALLBACK_POLICY, PolicyBundleError, is_learned, make_policy
 from slurm_rl.daemon.recorder import CycleSummary, StoreRecorder
 from slurm_rl.errors import SlurmRLError
 from slurm_rl.loop import DecisionMaker, run_cycle
+from slurm_rl.ops.metrics import DaemonMetrics, error_kind, model_version
 from slurm_rl.retrain.follow import ModelFollower
 from slurm_rl.retrain.schedule import RetrainSchedule, start_schedule
 from slurm_rl.slurm import deferral
@@ -99,6 +100,7 @@ class Parts:
     scheduler: DecisionMaker
     actuator: SlurmActuator
     heartbeat: Heartbeat
+    model_version: str = "builtin"  # for the active-model metric
 
 
 class _Waker:
@@ -154,6 +156,7 @@ class Daemon:
         self._reload = False
         self._plugin_conf: str | None = None
         self.cycles = 0
+        self.metrics = DaemonMetrics()
         config = load()
         parts = self._build_or_fall_back(config)  # a bad name fails before anything is made
         self.store = self._open_store(config)
@@ -204,7 +207,8 @@ class Daemon:
         )
         actuator = SlurmActuator(client, actuator_config, source=source, clock=self._clock)
         heartbeat = self._heartbeat_factory(config)
-        return Parts(config, source, scheduler, actuator, heartbeat)
+        version = model_version(config.policy, config.policy_bundle, is_learned(config.policy))
+        return Parts(config, source, scheduler, actuator, heartbeat, version)
 
     def _open_store(self, config: DaemonConfig) -> Store:
         try:
@@ -228,6 +232,8 @@ class Daemon:
         if store is not None:
             self.store = self.recorder.store = store
         self.recorder.mode = config.recorded_mode
+        self.recorder.explainer = parts.scheduler
+        self.metrics.set_model(config.policy, parts.model_version)
         if previous is None or previous.config.jobcomp_path != config.jobcomp_path:
             self.recorder.jobcomp = _jobcomp_log(config)
         self.parts = parts
@@ -265,12 +271,14 @@ class Daemon:
             with paused_gc():
                 run_cycle(parts.source, parts.scheduler, parts.actuator, self.recorder)
         except SlurmRLError as exc:
-            return self._skipped(f"cycle skipped: {exc}", started)
+            return self._skipped(f"cycle skipped: {_flat(exc)}", started, error_kind(exc))
         except SQLAlchemyError as exc:
-            return self._skipped(self._store_trouble() + one_line(exc), started)
+            return self._skipped(self._store_trouble() + one_line(exc), started, "store")
         except Exception as exc:  # a bug: keep serving, but with the traceback
             log.exception("cycle failed: %s", one_line(exc))
-            return CycleResult(False, time.monotonic() - started, error=one_line(exc))
+            took = time.monotonic() - started
+            self.metrics.unhealthy("failed", took, None)
+            return CycleResult(False, took, error=one_line(exc))
         return self._healthy(parts, started)
 
     def _store_trouble(self) -> str:
@@ -279,9 +287,11 @@ class Daemon:
             return f"outcomes not stored ({kept} kept for the next cycle): store error: "
         return f"cycle not recorded ({kept} outcomes kept for later): store error: "
 
-    def _skipped(self, message: str, started: float) -> CycleResult:
+    def _skipped(self, message: str, started: float, kind: str | None = None) -> CycleResult:
         log.warning("%s", message)
-        return CycleResult(False, time.monotonic() - started, error=message)
+        took = time.monotonic() - started
+        self.metrics.unhealthy("skipped", took, kind)
+        return CycleResult(False, took, error=message)
 
     def _healthy(self, parts: Parts, started: float) -> CycleResult:
         if parts.config.changes_slurm:
@@ -293,6 +303,8 @@ class Daemon:
         summary = self.recorder.last
         if summary is not None:
             _log_summary(self.cycles, parts.config, summary, duration)
+            self.metrics.healthy(duration, self._clock(), summary.pending, summary.running,
+                                 summary.actions, summary.job_errors)
         return CycleResult(True, duration, summary)
 
     # -- the loop ------------------------------------------------------------------------
@@ -303,6 +315,7 @@ class Daemon:
                  self.config.policy, self.config.recorded_mode, self.config.interval_s,
                  self.store.engine.url.render_as_string(hide_password=True))
         self.schedule = start_schedule(self._base_config, self.store.engine)
+        self.metrics.serve(self.config.metrics_address, self.config.metrics_port)
         with self._signal_handlers():
             while not self._stop:
                 if self._reload:
@@ -359,6 +372,7 @@ class Daemon:
             with contextlib.suppress(OSError):
                 self.parts.heartbeat.retire()
         self.store.engine.dispose()
+        self.metrics.close()
         self._waker.close()
 
     def _flush_quietly(self) -> None:
@@ -413,6 +427,11 @@ class Daemon:
 
     def _on_hup(self, signum: int, frame: FrameType | None) -> None:
         self.request_reload()
+
+
+def _flat(error: BaseException) -> str:
+    """An error on one line: Slurm's stderr may span several, a job name may hold a newline."""
+    return " ".join(str(error).split())
 
 
 def _jobcomp_log(config: DaemonConfig) -> JobcompLog | None:

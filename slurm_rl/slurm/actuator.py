@@ -14,6 +14,7 @@ denied, timeout) are recorded per job in the report, never raised.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import math
@@ -82,6 +83,8 @@ class JobOutcome:
     returncode: int | None = None
     error: str = ""
     error_kind: str = ""
+    # What Slurm showed for each field the call changes, before it (for ``slurm-rl revert``).
+    before: tuple[tuple[str, str], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -310,6 +313,7 @@ class SlurmActuator:
             if result is not None:
                 commands.append(result)
             for outcome in outcomes_for(update, result):
+                outcome = _with_before(outcome, update, state.job(outcome.job_id))
                 outcomes[outcome.job_id] = outcome
                 self._remember(outcome)
         ordered = tuple(outcomes[j] for j in sorted(outcomes, key=_order_key(decision)))
@@ -339,6 +343,25 @@ class SlurmActuator:
     def _remember(self, outcome: JobOutcome) -> None:
         if outcome.kind == "defer" and outcome.sent and outcome.ok:
             self._deferred_by_us.add(outcome.job_id)
+
+
+def before_values(job: SlurmJob, fields: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """The job's current value of each field an update changes, as scontrol would take it
+    back (an empty string: the field was not set). StartTime is a Unix time."""
+    current = {
+        "ReqNodeList": ",".join(job.required_nodes),
+        "NumNodes": str(job.node_count) if job.node_count else "",
+        "Priority": str(job.priority) if job.priority is not None else "",
+        "StartTime": f"{job.eligible_time:.0f}" if job.eligible_time else "",
+    }
+    return tuple((name, current.get(name, "")) for name in fields)
+
+
+def _with_before(outcome: JobOutcome, update: Update, job: SlurmJob | None) -> JobOutcome:
+    if job is None:
+        return outcome
+    before = before_values(job, [name for name, _ in update.fields])
+    return dataclasses.replace(outcome, before=before)
 
 
 def _order_key(decision: Decision) -> Callable[[str], tuple[int, str]]:

@@ -30,6 +30,8 @@ class ActionRecord:
     argv: tuple[str, ...] | None = None
     rc: int | None = None
     answer: str | None = None
+    # JSON-able extras: the values before the change (revert), the policy's reasons (explain).
+    details: dict[str, Any] | None = None
 
 
 def job_key(cluster: str, job_id: str) -> str:
@@ -111,6 +113,10 @@ class Store:
         with self._sessions() as session:
             return session.get(OutcomeRow, job_key(cluster, job_id))
 
+    def session(self) -> Session:
+        """A read session (for ``explain`` and ``revert``); close it, or use ``with``."""
+        return self._sessions()
+
     def count(self, model: type[Any]) -> int:
         with self._sessions() as session:
             return len(session.scalars(select(model)).all())
@@ -151,6 +157,7 @@ def _decision_rows(
             argv=list(action.argv) if action.argv else None,
             slurm_rc=action.rc,
             slurm_answer=action.answer,
+            details=action.details or None,
         ))
     return rows
 

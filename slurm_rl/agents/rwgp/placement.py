@@ -224,6 +224,14 @@ class RwgpPlacement:
             for node_set, s in self._scored(job, free_gpus, snapshot)
         ]
 
+    def node_belief(self, job: Job, snapshot: ClusterSnapshot) -> dict[str, tuple[float, float]]:
+        """The GP's posterior (mean, std) of each node's relative speed for ``job``'s class,
+        by node name (for ``slurm-rl explain``)."""
+        view = self._view(self._model_for(snapshot.cluster), job.model_family)
+        names = [node.name for node in snapshot.cluster.nodes]
+        return {n: (float(m), float(s)) for n, m, s in zip(names, view.mean, view.std,
+                                                          strict=True)}
+
     def _scored(
         self, job: Job, free_gpus: Sequence[int], snapshot: ClusterSnapshot
     ) -> list[tuple[NodeSet, _Score]]:

@@ -1,0 +1,195 @@
+"""Why each job got its rank and its nodes, worked out in the cycle that decided it and
+stored with the decision (``DecisionRow.details["why"]``) for ``slurm-rl explain``.
+
+For ranks: the job's score, its rank among the pending jobs and its neighbours' scores.
+For nodes: the chosen nodes with their free GPUs and, where the placement has a GP (the RWGP
+agent, alone or as the learned head's chooser), each node's posterior mean and std of
+relative speed; then the best alternatives and why they lost (a higher RWGP cost, a lower
+probability under the learned head, or the heuristic's own rule). Explaining never changes a
+decision and never fails a cycle: any error becomes ``{"error": ...}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from slurm_rl.core import ClusterSnapshot, Decision, Job, Placement
+
+log = logging.getLogger("slurm_rl.daemon")
+
+MAX_EXPLAINED = 20  # placed jobs explained per cycle: the alternatives cost a placement each
+ALTERNATIVES = 3
+
+Why = dict[str, Any]
+
+
+def explain_decision(inner: object, snapshot: ClusterSnapshot, decision: Decision) -> dict[str,
+                                                                                           Why]:
+    """``{job_id: why}`` for the ranked jobs of ``decision`` (placements for the first
+    :data:`MAX_EXPLAINED` placed ones)."""
+    try:
+        reasons = _ranks(snapshot, decision)
+        placement = getattr(inner, "placement", None)
+        if placement is not None and decision.placements:
+            _add_placements(reasons, placement, snapshot, decision)
+        return reasons
+    except Exception as exc:  # an explanation must never cost a cycle
+        log.debug("no explanation this cycle: %s", exc, exc_info=True)
+        return {job_id: {"error": str(exc)} for job_id in decision.ranking}
+
+
+def _ranks(snapshot: ClusterSnapshot, decision: Decision) -> dict[str, Why]:
+    scores = decision.scores
+    ranking = decision.ranking
+    reasons: dict[str, Why] = {}
+    for rank, job_id in enumerate(ranking):
+        why: Why = {"rank": rank, "ranked": len(ranking), "pending": len(snapshot.pending)}
+        if scores:
+            why["score"] = scores[rank]
+            if rank > 0:
+                why["above"] = {"job": ranking[rank - 1], "score": scores[rank - 1]}
+            if rank + 1 < len(ranking):
+                why["below"] = {"job": ranking[rank + 1], "score": scores[rank + 1]}
+        reasons[job_id] = why
+    return reasons
+
+
+def _add_placements(
+    reasons: dict[str, Why], policy: object, snapshot: ClusterSnapshot, decision: Decision
+) -> None:
+    """Replays the scheduler's walk: each placed job sees the GPUs left by those before it."""
+    free = list(snapshot.free_gpus)
+    cluster = snapshot.cluster
+    jobs = {job.job_id: job for job in snapshot.pending}
+    explained = 0
+    for job_id in decision.ranking:
+        chosen = decision.placements.get(job_id)
+        if chosen is None or job_id not in jobs:
+            continue
+        if explained < MAX_EXPLAINED:
+            reasons[job_id]["placement"] = _placement_why(policy, jobs[job_id], free, snapshot,
+                                                          chosen)
+            explained += 1
+        for name, gpus in zip(chosen.nodes, chosen.gpus, strict=True):
+            free[cluster.index(name)] -= gpus
+
+
+def _rwgp(policy: object) -> Any:
+    """The RWGP placement behind ``policy`` (itself, or the learned head's chooser)."""
+    if hasattr(policy, "node_belief"):
+        return policy
+    chooser = getattr(getattr(policy, "generator", None), "chooser", None)
+    return chooser if hasattr(chooser, "node_belief") else None
+
+
+def _placement_why(
+    policy: object, job: Job, free: Sequence[int], snapshot: ClusterSnapshot, chosen: Placement
+) -> Why:
+    cluster = snapshot.cluster
+    rwgp = _rwgp(policy)
+    belief = rwgp.node_belief(job, snapshot) if rwgp is not None else {}
+    nodes = []
+    for name, gpus in zip(chosen.nodes, chosen.gpus, strict=True):
+        entry: Why = {"node": name, "gpus": gpus, "free_gpus": free[cluster.index(name)]}
+        if name in belief:
+            entry["gp_mean"], entry["gp_std"] = belief[name]
+        nodes.append(entry)
+    why: Why = {"policy": getattr(policy, "name", type(policy).__name__), "nodes": nodes}
+    if hasattr(policy, "generator") and hasattr(policy, "logits"):
+        why.update(_learned_alternatives(policy, job, free, snapshot, chosen))
+    elif rwgp is not None:
+        why.update(_rwgp_alternatives(rwgp, job, free, snapshot, chosen))
+    else:
+        why["alternatives"] = _heuristic_alternatives(job, free, snapshot, chosen, why["policy"])
+    return why
+
+
+def _same(placement: Placement, chosen: Placement) -> bool:
+    return set(placement.nodes) == set(chosen.nodes)
+
+
+def _rwgp_alternatives(
+    rwgp: Any, job: Job, free: Sequence[int], snapshot: ClusterSnapshot, chosen: Placement
+) -> Why:
+    found = sorted(rwgp.candidates(job, free, snapshot), key=lambda c: c.score)
+    best = next((c for c in found if _same(c.placement, chosen)), None)
+    out: Why = {}
+    if best is not None:
+        out["chosen"] = _features(best)
+    others = [c for c in found if not _same(c.placement, chosen)][:ALTERNATIVES]
+    out["alternatives"] = [{**_features(c), "lost": _rwgp_loss(c, best)} for c in others]
+    return out
+
+
+def _features(candidate: Any) -> Why:
+    return {"nodes": list(candidate.placement.nodes), "score": candidate.score,
+            "gp_mean": candidate.mean, "gp_std": candidate.std, "pace": candidate.pace,
+            "price_per_hour": candidate.price, "spread": candidate.spread}
+
+
+def _rwgp_loss(alt: Any, best: Any) -> str:
+    """The one factor that makes the alternative's cost (lower is better) higher."""
+    if best is None:
+        return f"cost {alt.score:.4g}"
+    reasons = []
+    if alt.pace < best.pace * 0.999:
+        reasons.append(f"slower risk-adjusted pace {alt.pace:.3g} < {best.pace:.3g}")
+    if alt.mean < best.mean - 1e-9:
+        reasons.append(f"lower GP mean {alt.mean:.3g} < {best.mean:.3g}")
+    if alt.std > best.std + 1e-9:
+        reasons.append(f"higher GP std {alt.std:.3g} > {best.std:.3g}")
+    if alt.price > best.price + 1e-9:
+        reasons.append(f"pricier {alt.price:.3g}/h > {best.price:.3g}/h")
+    if alt.spread > best.spread:
+        reasons.append(f"spread over {alt.spread + 1} nodes")
+    detail = "; ".join(reasons) or "worse packing (leaves GPUs stranded)"
+    return f"cost {alt.score:.4g} > {best.score:.4g}: {detail}"
+
+
+def _learned_alternatives(
+    policy: Any, job: Job, free: Sequence[int], snapshot: ClusterSnapshot, chosen: Placement
+) -> Why:
+    import torch
+
+    found = policy.generator.candidates(job, free, snapshot)
+    if len(found) < 2:
+        return {"alternatives": [], "note": "the only candidate"}
+    row = policy.builder.job_row(job, snapshot)
+    cluster = policy.builder.encode(snapshot).cluster
+    probs = torch.softmax(policy.logits(row, found.features, cluster), dim=0).tolist()
+    pairs = sorted(zip(found.placements, probs, strict=True), key=lambda pair: -pair[1])
+    mine = next((p for placement, p in pairs if _same(placement, chosen)), None)
+    out: Why = {"chosen": {"nodes": list(chosen.nodes), "probability": mine}}
+    out["alternatives"] = [
+        {"nodes": list(placement.nodes), "probability": p,
+         "lost": f"the learned head prefers the chosen set ({p:.3f} vs {mine or 0:.3f})"}
+        for placement, p in pairs if not _same(placement, chosen)
+    ][:ALTERNATIVES]
+    return out
+
+
+def _heuristic_alternatives(
+    job: Job, free: Sequence[int], snapshot: ClusterSnapshot, chosen: Placement, policy: str
+) -> list[Why]:
+    """Other nodes with room for the job's per-node share, by free GPUs."""
+    share = max(chosen.gpus)
+    wanted = job.gpu_type.lower() if job.gpu_type else None
+    found = []
+    for node, room in zip(snapshot.cluster.nodes, free, strict=True):
+        if node.name in chosen.nodes or room < share:
+            continue
+        if wanted is not None and node.gpu_type.lower() != wanted:
+            continue
+        found.append({"node": node.name, "free_gpus": room, "gpu_type": node.gpu_type,
+                      "lost": f"{policy}'s rule ranks it after the chosen nodes"})
+    found.sort(key=lambda entry: -int(entry["free_gpus"]))
+    return found[:ALTERNATIVES]
+
+
+def merge(details: Mapping[str, Any] | None, why: Why | None) -> dict[str, Any] | None:
+    out = dict(details or {})
+    if why:
+        out["why"] = why
+    return out or None
