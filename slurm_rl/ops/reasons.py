@@ -184,7 +184,7 @@ def _heuristic_alternatives(
             continue
         found.append({"node": node.name, "free_gpus": room, "gpu_type": node.gpu_type,
                       "lost": f"{policy}'s rule ranks it after the chosen nodes"})
-    found.sort(key=lambda entry: -int(entry["free_gpus"]))
+    found.sort(key=lambda entry: -int(str(entry["free_gpus"])))
     return found[:ALTERNATIVES]
 
 

@@ -1,0 +1,36 @@
+"""What the operations commands share: the config they act on, the store, safe printing."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from slurm_rl.daemon.config import DaemonConfig, config_path, load_config
+from slurm_rl.errors import SlurmRLError
+from slurm_rl.store.repository import Store
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def load(config_file: Path | None, store_url: str | None = None) -> DaemonConfig:
+    return load_config(config_path(config_file), {"store_url": store_url})
+
+
+def open_store(config: DaemonConfig) -> Store:
+    """The daemon's store, without migrating it (a reader must not change the schema)."""
+    try:
+        store = Store(config.store, upgrade=False)
+        with store.engine.connect():
+            pass
+    except SQLAlchemyError as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SlurmRLError(f"cannot open the store {config.store}: {first}") from exc
+    return store
+
+
+def safe(text: object) -> str:
+    """Stored text as one printable line: a job name or user is data, and a newline, escape
+    sequence or control character in it must not forge another line of our output."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))

@@ -1,0 +1,218 @@
+"""``slurm-rl revert [--since T]``: undo what the daemon changed in Slurm, from the audit trail.
+
+Every decision row the daemon sent successfully (``slurm_rc == 0``) carries, in
+``details["before"]``, what Slurm showed for each field before the call. For each job that
+is still pending, revert restores the value from before the daemon's *first* change since
+``T``: the node list (an empty one is cleared) and node count, the priority, and the begin
+time: a deferral is lifted (``StartTime=now``) unless the original begin time is still in the
+future. Jobs that started or ended keep what happened; they are listed as such. A job the
+job_submit plugin deferred (because the daemon's heartbeat was fresh) and that the daemon
+never touched is released too, since the deferral exists only because the daemon ran.
+
+A running daemon would redo its decisions at its next cycle, so revert refuses while the
+heartbeat is fresh (``--force`` to go on anyway).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+from sqlalchemy import select
+
+from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.errors import InputError, SlurmRLError
+from slurm_rl.ops.common import load, open_store, safe
+from slurm_rl.slurm.client import CliSlurmClient
+from slurm_rl.slurm.deferral import deferred_until
+from slurm_rl.slurm.proc import make_runner
+from slurm_rl.slurm.records import SlurmJob
+from slurm_rl.store.models import CycleRow, DecisionRow
+from slurm_rl.store.repository import Store
+
+REVERTED_FIELDS = ("ReqNodeList", "NumNodes", "Priority", "StartTime")
+
+
+@dataclass
+class Change:
+    """What the daemon changed for one job: each field's value before its first change."""
+
+    job_id: str
+    before: dict[str, str] = field(default_factory=dict)
+    rows: int = 0
+
+
+def parse_since(text: str | None) -> datetime | None:
+    """``2026-11-29T18:00``, ``2026-11-29 18:00:00`` (UTC unless an offset is given) or a
+    Unix time."""
+    if text is None:
+        return None
+    try:
+        return datetime.fromtimestamp(float(text), UTC)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise InputError(f"not a time: {text!r} (use ISO 8601 or Unix seconds)",
+                         path="--since") from exc
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def changes(store: Store, cluster: str | None, since: datetime | None) -> dict[str, Change]:
+    """Per job id, the fields the daemon changed since ``since`` and their first before."""
+    query = (select(DecisionRow, CycleRow).join(CycleRow, DecisionRow.cycle_id == CycleRow.id)
+             .where(DecisionRow.slurm_rc == 0, DecisionRow.argv.is_not(None))
+             .order_by(DecisionRow.id))
+    if cluster:
+        query = query.where(CycleRow.cluster == cluster)
+    found: dict[str, Change] = {}
+    with store.session() as session:
+        for row, cycle in session.execute(query):
+            if since is not None and _aware(cycle.recorded_at) < since:
+                continue
+            job_id = row.job_key.rpartition(":")[2]
+            change = found.setdefault(job_id, Change(job_id))
+            change.rows += 1
+            before = (row.details or {}).get("before") or {}
+            if not isinstance(before, dict):
+                continue
+            for name, value in before.items():
+                change.before.setdefault(str(name), str(value))
+    return found
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def restore_fields(job: SlurmJob, before: Mapping[str, str], now: float) -> dict[str, str]:
+    """The scontrol fields that put ``job`` back as it was before the daemon."""
+    fields: dict[str, str] = {}
+    if "ReqNodeList" in before and ",".join(job.required_nodes) != before["ReqNodeList"]:
+        fields["ReqNodeList"] = before["ReqNodeList"]  # empty clears the pin
+        count = before.get("NumNodes", "")
+        if count.isdigit():
+            fields["NumNodes"] = count
+    if before.get("Priority", "").isdigit() and str(job.priority) != before["Priority"]:
+        fields["Priority"] = before["Priority"]
+    fields.update(_start_time(job, before, now))
+    return fields
+
+
+def _start_time(job: SlurmJob, before: Mapping[str, str], now: float) -> dict[str, str]:
+    deferred = job.eligible_time is not None and job.eligible_time > now
+    plugin = deferred_until(job.admin_comment) is not None
+    if "StartTime" not in before and not plugin:
+        return {}
+    original = before.get("StartTime", "")
+    if original.isdigit() and float(original) > now + 1:
+        target = float(original)
+        if job.eligible_time is None or abs(job.eligible_time - target) > 1:
+            from slurm_rl.slurm.actuator import slurm_time
+
+            return {"StartTime": slurm_time(target)}
+        return {}
+    return {"StartTime": "now"} if deferred else {}
+
+
+@dataclass(frozen=True)
+class Step:
+    job_id: str
+    state: str
+    fields: dict[str, str]
+    result: str
+
+
+def revert(client: CliSlurmClient, found: Mapping[str, Change], *, dry_run: bool,
+           now: float | None = None) -> list[Step]:
+    """Restore every pending job of ``found`` (plus plugin-deferred ones); one step each."""
+    now = time.time() if now is None else now
+    jobs = {job.job_id: job for job in client.jobs().jobs}
+    wanted = dict(found)
+    for job in jobs.values():
+        if job.is_pending and deferred_until(job.admin_comment) is not None:
+            wanted.setdefault(job.job_id, Change(job.job_id))
+    steps = []
+    for job_id in sorted(wanted, key=_numeric):
+        found_job = jobs.get(job_id)
+        if found_job is None or not found_job.is_pending:
+            state = found_job.state if found_job is not None else "gone"
+            steps.append(Step(job_id, state, {}, "not pending: nothing to undo"))
+            continue
+        job = found_job
+        fields = restore_fields(job, wanted[job_id].before, now)
+        if not fields:
+            steps.append(Step(job_id, job.state, {}, "already as before"))
+            continue
+        if dry_run:
+            steps.append(Step(job_id, job.state, fields, "would send"))
+            continue
+        result = client.update_jobs([job_id], fields)
+        answer = "ok" if result.ok else f"failed (exit {result.returncode}): " \
+                                         f"{' '.join(result.stderr.split())}"
+        steps.append(Step(job_id, job.state, fields, answer))
+    return steps
+
+
+def _numeric(job_id: str) -> tuple[int, str]:
+    head = job_id.split("_")[0]
+    return (int(head) if head.isdigit() else 0, job_id)
+
+
+def heartbeat_age(config: DaemonConfig, now: float) -> float | None:
+    try:
+        return now - float(config.heartbeat.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _client(config: DaemonConfig) -> CliSlurmClient:
+    env = {"SLURM_CONF": str(config.slurm_conf)} if config.slurm_conf else None
+    return CliSlurmClient(runner=make_runner(env), timeout_s=config.slurm_timeout_s)
+
+
+def _describe(step: Step) -> str:
+    sent = " ".join(f"{k}={v}" if v else f"{k}=(cleared)" for k, v in step.fields.items())
+    middle = f" {sent}:" if sent else ""
+    return f"job {safe(step.job_id)} ({safe(step.state)}):{middle} {safe(step.result)}"
+
+
+@click.command("revert")
+@click.option("--since", default=None,
+              help="Only changes recorded at or after this time (ISO 8601, UTC by default, or "
+                   "Unix seconds) [default: all].")
+@click.option("--config", "config_file", default=None,
+              type=click.Path(dir_okay=False, path_type=Path), help="The daemon's TOML file.")
+@click.option("--store", "store_url", default=None, help="SQLAlchemy URL of the store.")
+@click.option("--cluster", default=None, help="Only decisions stored under this cluster name.")
+@click.option("--dry-run", is_flag=True, help="Print what would be sent, send nothing.")
+@click.option("--force", is_flag=True, help="Go on although the daemon's heartbeat is fresh.")
+def revert_command(since: str | None, config_file: Path | None, store_url: str | None,
+                   cluster: str | None, dry_run: bool, force: bool) -> None:
+    """Undo every change the daemon made in Slurm (node lists, deferrals, priorities) for
+    jobs still pending, using the audit trail in the store."""
+    config = load(config_file, store_url)
+    moment = parse_since(since)
+    now = time.time()
+    age = heartbeat_age(config, now)
+    if age is not None and age < config.heartbeat_max_age_s and not force and not dry_run:
+        raise SlurmRLError(f"the daemon looks alive (heartbeat {config.heartbeat} is {age:.0f} s "
+                           "old) and would redo its decisions: stop it first, or pass --force")
+    store = open_store(config)
+    try:
+        found = changes(store, cluster or config.cluster_name or None, moment)
+    finally:
+        store.engine.dispose()
+    steps = revert(_client(config), found, dry_run=dry_run, now=now)
+    for step in steps:
+        click.echo(_describe(step))
+    failed = [s for s in steps if s.result.startswith("failed")]
+    done = sum(1 for s in steps if s.result == "ok")
+    click.echo(f"{len(found)} jobs changed by the daemon; {done} restored, {len(failed)} failed")
+    if failed:
+        raise SystemExit(1)

@@ -1,0 +1,203 @@
+"""``slurm-rl selftest``: can this host run the daemon? One line per check, ``ok`` or the fix.
+
+Checks: munge encodes and decodes a credential (on slurm.conf's ``AuthInfo`` socket, if
+any); ``scontrol ping`` finds slurmctld UP; ``squeue --json`` and ``sinfo --json`` answer and
+parse, and how long they take against ``slurm_timeout_s``; the daemon's user may update jobs
+(root or SlurmUser, and a harmless no-op update of a pending job's admin comment when one is
+there); the store opens; the configured policy builds (its bundle loads). Exit 0 when all
+pass, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.errors import SlurmRLError
+from slurm_rl.ops.common import load, open_store, safe
+from slurm_rl.slurm.client import CliSlurmClient
+from slurm_rl.slurm.proc import Runner, make_runner
+from slurm_rl.slurm.source import in_partitions
+
+DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str  # what was found, or the fix
+
+    def line(self) -> str:
+        return f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {safe(self.detail)}"
+
+
+def _env(config: DaemonConfig) -> dict[str, str]:
+    env = dict(os.environ)
+    if config.slurm_conf:
+        env["SLURM_CONF"] = str(config.slurm_conf)
+    return env
+
+
+def _slurm_conf(config: DaemonConfig) -> Path:
+    return config.slurm_conf or Path(os.environ.get("SLURM_CONF", DEFAULT_SLURM_CONF))
+
+
+def _munge_socket(config: DaemonConfig) -> str | None:
+    try:
+        text = _slurm_conf(config).read_text()
+    except OSError:
+        return None
+    match = re.search(r"^\s*AuthInfo\s*=.*?socket=([^,\s]+)", text, re.MULTILINE | re.IGNORECASE)
+    return match.group(1) if match else None
+
+
+def check_munge(config: DaemonConfig) -> Check:
+    socket = _munge_socket(config)
+    extra = ["--socket", socket] if socket else []
+    try:
+        cred = subprocess.run(["munge", "-n", *extra], capture_output=True, text=True,
+                              timeout=10, check=False)
+        back = subprocess.run(["unmunge", *extra], input=cred.stdout, capture_output=True,
+                              text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("munge", False, f"cannot run munge ({exc}); fix: install munge")
+    where = f" on {socket}" if socket else ""
+    if cred.returncode != 0 or back.returncode != 0:
+        error = " ".join((cred.stderr or back.stderr).split())
+        return Check("munge", False, f"{error}; fix: start munged{where} "
+                     "(runuser -u munge -- munged) and check /etc/munge/munge.key")
+    return Check("munge", True, f"credential encoded and decoded{where}")
+
+
+def check_ping(runner: Runner, timeout_s: float) -> Check:
+    try:
+        result = runner(("scontrol", "ping"), timeout_s)
+    except SlurmRLError as exc:
+        return Check("scontrol ping", False, f"{exc}; fix: is slurmctld running and answering?")
+    text = " ".join(result.stdout.split())
+    if result.ok and "UP" in text:
+        return Check("scontrol ping", True, text)
+    return Check("scontrol ping", False, f"{text or result.stderr.strip()}; fix: start "
+                 "slurmctld, or point slurm_conf at its slurm.conf")
+
+
+def check_latency(client: CliSlurmClient, config: DaemonConfig) -> tuple[Check, list[str]]:
+    pending: list[str] = []
+    try:
+        started = time.monotonic()
+        jobs = client.jobs()
+        squeue = time.monotonic() - started
+        started = time.monotonic()
+        nodes = client.nodes()
+        sinfo = time.monotonic() - started
+    except SlurmRLError as exc:
+        return Check("query latency", False, f"{exc}; fix: see scontrol ping"), pending
+    pending = [j.job_id for j in jobs.jobs
+               if j.is_pending and in_partitions(j.partition.split(","), config.partitions)]
+    detail = (f"squeue --json {squeue:.3f} s ({len(jobs.jobs)} jobs), sinfo --json "
+              f"{sinfo:.3f} s ({len(nodes.nodes)} nodes)")
+    slow = max(squeue, sinfo) > config.slurm_timeout_s / 2
+    if slow:
+        detail += f"; fix: raise slurm_timeout_s (now {config.slurm_timeout_s:g} s)"
+    return Check("query latency", not slow, detail), pending
+
+
+def _slurm_user(runner: Runner, timeout_s: float) -> str | None:
+    try:
+        result = runner(("scontrol", "show", "config"), timeout_s)
+    except SlurmRLError:
+        return None
+    match = re.search(r"^SlurmUser\s*=\s*([^\s(]+)", result.stdout, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def check_permission(client: CliSlurmClient, runner: Runner, pending: list[str]) -> Check:
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    admin = _slurm_user(runner, client.timeout_s)
+    if me != "root" and me != admin:
+        return Check("permission to update jobs", False,
+                     f"running as {me}, but only root and SlurmUser ({admin}) may set Priority "
+                     f"without slurmdbd; fix: run the daemon as {admin} (docs/operations.md)")
+    if not pending:
+        return Check("permission to update jobs", True,
+                     f"running as {me} (SlurmUser is {admin}); no pending job to try an update on")
+    job = client.show_job(pending[0])
+    if job is None:
+        return Check("permission to update jobs", True, f"running as {me}; job left meanwhile")
+    # A no-op: the admin comment set to what it already is (only operators may set it).
+    result = client.update_jobs([job.job_id], {"AdminComment": job.admin_comment})
+    if result.ok:
+        return Check("permission to update jobs", True,
+                     f"running as {me}; a no-op update of job {job.job_id} was accepted")
+    return Check("permission to update jobs", False,
+                 f"{' '.join(result.stderr.split())}; fix: run as root or SlurmUser ({admin})")
+
+
+def check_store(config: DaemonConfig) -> Check:
+    try:
+        store = open_store(config)
+    except SlurmRLError as exc:
+        return Check("store", False, f"{exc}; fix: check store_url and state_dir permissions")
+    try:
+        from slurm_rl.store.models import CycleRow
+
+        cycles = store.count(CycleRow)
+    except Exception as exc:  # a store without our tables yet is a fix, not a crash
+        first = (str(exc).splitlines() or [""])[0]
+        return Check("store", False, f"{first}; fix: start the daemon once (it migrates)")
+    finally:
+        store.engine.dispose()
+    return Check("store", True, f"{store.engine.url.render_as_string(hide_password=True)}: "
+                 f"{cycles} cycles stored")
+
+
+def check_model(config: DaemonConfig) -> Check:
+    from slurm_rl.daemon.policy import is_learned, make_policy
+    from slurm_rl.ops.metrics import model_version
+
+    try:
+        make_policy(config.policy, seed=config.seed, bundle=config.policy_bundle)
+    except SlurmRLError as exc:
+        return Check("model", False, f"{exc}; fix: retrain or point policy_bundle at a good "
+                     "bundle (the daemon would run qssf+fastest-gpu meanwhile)")
+    version = model_version(config.policy, config.policy_bundle, is_learned(config.policy))
+    return Check("model", True, f"{config.policy} builds ({version})")
+
+
+def run_checks(config: DaemonConfig) -> list[Check]:
+    runner = make_runner(_env(config))
+    client = CliSlurmClient(runner=runner, timeout_s=config.slurm_timeout_s)
+    checks = [check_munge(config), check_ping(runner, config.slurm_timeout_s)]
+    latency, pending = check_latency(client, config)
+    checks.append(latency)
+    steps: list[Callable[[], Check]] = [lambda: check_permission(client, runner, pending),
+                                        lambda: check_store(config), lambda: check_model(config)]
+    checks.extend(step() for step in steps)
+    return checks
+
+
+@click.command("selftest")
+@click.option("--config", "config_file", default=None,
+              type=click.Path(dir_okay=False, path_type=Path), help="The daemon's TOML file.")
+@click.option("--store", "store_url", default=None, help="SQLAlchemy URL of the store.")
+def selftest_command(config_file: Path | None, store_url: str | None) -> None:
+    """Check munge, slurmctld, query latency, permission to update jobs, the store and the
+    model: one line each, ok or the fix. Exit 1 if any failed."""
+    config = load(config_file, store_url)
+    checks = run_checks(config)
+    for check in checks:
+        click.echo(check.line())
+    failed = sum(1 for c in checks if not c.ok)
+    click.echo(f"{len(checks) - failed} of {len(checks)} checks passed")
+    if failed:
+        raise SystemExit(1)
