@@ -226,6 +226,14 @@ class DevCluster:
         )
         _wait_for(lambda: (munge / "munge.socket").exists(), timeout_s, "munged socket")
 
+    def controller_pid(self) -> int | None:
+        """slurmctld's pid, while it runs (the fault tests stop and kill it)."""
+        return self._alive_pid("slurmctld.pid", "slurmctld")
+
+    def start_controller(self, timeout_s: float = 60.0) -> None:
+        """Start slurmctld again (state recovered from StateSaveLocation) after it died."""
+        self._start_slurmctld(timeout_s)
+
     def _start_slurmctld(self, timeout_s: float) -> None:
         self._daemon([str(SBIN / "slurmctld"), "-i"], timeout_s)
         _wait_for(self._controller_answers, timeout_s, "slurmctld to answer")

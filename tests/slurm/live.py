@@ -37,6 +37,8 @@ class LiveCluster:
     set_heartbeat: Callable[[float], None]
     as_user: Callable[[str, Sequence[str]], tuple[str, ...]]
     submitted: list[str] = field(default_factory=list)
+    # The native cluster's controller, for the fault suite (None elsewhere).
+    controller: DevCluster | None = None
 
     @property
     def client(self) -> CliSlurmClient:
@@ -116,6 +118,7 @@ def native_cluster() -> Iterator[LiveCluster]:
             window_s=WINDOW_S,
             set_heartbeat=lambda t: deferral.beat(cluster.heartbeat_path, t),
             as_user=lambda user, argv: ("runuser", "-u", user, "--", *argv),
+            controller=cluster,
         )
         yield live
     finally:

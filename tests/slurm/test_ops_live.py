@@ -1,0 +1,152 @@
+"""``slurm-rl explain``, ``revert`` and ``selftest`` against the real cluster: the daemon
+decides and records, then the commands (as separate processes) read the store and Slurm."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_rl.core import ClusterSnapshot, Decision
+from slurm_rl.daemon.guard import GuardedScheduler
+from slurm_rl.daemon.runner import Daemon
+from tests.slurm.live import LiveCluster
+from tests.slurm.test_daemon_live import CLUSTER, REPO, SCHED_SLACK_S, _daemon, _native_site
+
+pytestmark = pytest.mark.slurm
+
+
+def _cli(live: LiveCluster, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``slurm-rl <args>`` as its own process, on the daemon's config file."""
+    site = _native_site(live)
+    lines = ["[daemon]", f'state_dir = "{tmp_path}"', f'cluster_name = "{CLUSTER}"',
+             'partitions = ["gpu"]', "slurm_timeout_s = 30"]
+    if site is not None:
+        lines += [f'slurm_conf = "{site.slurm_conf}"', f'heartbeat_path = "{tmp_path / "beat"}"']
+    config = tmp_path / "ops.toml"
+    config.write_text("\n".join(lines) + "\n")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-m", "slurm_rl.cli", *args, "--config", str(config)]
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120, env=env,
+                          check=False)
+
+
+def _native(live: LiveCluster) -> None:
+    if _native_site(live) is None:
+        pytest.skip("the commands read the cluster's slurm.conf: native cluster only")
+
+
+def test_explain_shows_rank_gp_belief_alternatives_and_outcome(
+    live: LiveCluster, tmp_path: Path
+) -> None:
+    _native(live)
+    short = "sleep 3"
+    first = live.sbatch("alice", "--gres=gpu:a100:2", "-t", "10", script=short)
+    second = live.sbatch("bob", "--gres=gpu:v100:1", "-t", "10", script=short)
+    daemon = _daemon(live, tmp_path, policy="rl+rl")
+    try:
+        assert daemon.run_once().ok
+        for job_id in (first, second):
+            live.wait_state(job_id, "COMPLETED", timeout_s=live.window_s + SCHED_SLACK_S + 4)
+        assert daemon.run_once().ok  # stores the outcomes
+    finally:
+        daemon.close(retire=False)
+    shown = _cli(live, tmp_path, "explain", first)
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    assert f"job {first} (cluster {CLUSTER}): user alice" in text
+    assert "rank 1 of 2 ranked" in text or "rank 2 of 2 ranked" in text
+    assert "GP mean" in text and "std" in text
+    assert "alternative" in text
+    assert f"sent: scontrol update JobId={first} ReqNodeList=" in text and "-> exit 0" in text
+    assert "outcome: COMPLETED (exit 0)" in text
+    as_json = _cli(live, tmp_path, "explain", second, "--json")
+    assert as_json.returncode == 0 and '"gp_mean"' in as_json.stdout
+    missing = _cli(live, tmp_path, "explain", "999999")
+    assert missing.returncode == 2 and "not in the store" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+
+class HoldAll:
+    """A policy that keeps every pending job deferred (what a learned policy does when it
+    wants a job to wait for better nodes)."""
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        return Decision("hold-all", ranking=(), holds=tuple(j.job_id for j in snapshot.pending))
+
+
+def test_revert_restores_node_lists_priorities_and_deferrals(
+    live: LiveCluster, tmp_path: Path
+) -> None:
+    _native(live)
+    # A user's own --begin: the daemon pins and prioritises it but may not start it early,
+    # so it stays pending with the daemon's node list and priority.
+    pinned = live.sbatch("alice", "--gres=gpu:a100:2", "-t", "10", "--begin=now+300")
+    before = live.job(pinned)
+    assert before.required_nodes == () and before.reason == "BeginTime"
+    daemon = _daemon(live, tmp_path, policy="fifo+best-fit")
+    try:
+        assert daemon.run_once().ok
+    finally:
+        daemon.close(retire=False)
+    changed = live.job(pinned)
+    assert changed.required_nodes and changed.priority != before.priority
+
+    # A policy that holds: the plugin's deferral is pushed 120 s out.
+    held = live.sbatch("bob", "--gres=gpu:v100:1", "-t", "10")
+    holding = _daemon(live, tmp_path, defer_extension_s=120.0)
+    holding.parts = dataclasses.replace(holding.parts, scheduler=GuardedScheduler(HoldAll()))
+    try:
+        assert holding.run_once().ok
+    finally:
+        holding.close(retire=False)
+    eligible = live.job(held).eligible_time or 0.0
+    assert eligible > time.time() + 60, "the hold did not push the deferral"
+
+    dry = _cli(live, tmp_path, "revert", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"job {pinned} (PENDING): ReqNodeList=(cleared)" in dry.stdout
+    assert live.job(pinned).required_nodes == changed.required_nodes  # dry run sent nothing
+    done = _cli(live, tmp_path, "revert")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 jobs changed by the daemon; 2 restored, 0 failed" in done.stdout, done.stdout
+    after = live.job(pinned)
+    assert after.required_nodes == () and after.priority == before.priority
+    assert after.state == "PENDING" and after.reason == "BeginTime"  # the user's --begin stays
+    started = live.wait_state(held, "RUNNING", timeout_s=SCHED_SLACK_S + 4)
+    assert started.start_time is not None and started.start_time < eligible - 60
+    again = _cli(live, tmp_path, "revert")  # idempotent: nothing left to undo
+    assert again.returncode == 0 and "0 failed" in again.stdout
+    assert f"job {pinned} (PENDING): already as before" in again.stdout
+
+
+def test_revert_refuses_while_the_daemon_beats_and_rejects_a_bad_since(
+    live: LiveCluster, tmp_path: Path
+) -> None:
+    _native(live)
+    (tmp_path / "beat").write_text(f"{int(time.time())}\n")
+    busy = _cli(live, tmp_path, "revert")
+    assert busy.returncode == 2 and "stop it first, or pass --force" in busy.stderr
+    bad = _cli(live, tmp_path, "revert", "--since", "yesterday-ish", "--force")
+    assert bad.returncode == 2 and "--since: not a time" in bad.stderr
+    assert "Traceback" not in bad.stderr + busy.stderr
+
+
+def test_selftest_reports_each_check(live: LiveCluster, tmp_path: Path) -> None:
+    _native(live)
+    job = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", "--begin=now+300")
+    daemon: Daemon = _daemon(live, tmp_path)  # creates and migrates the store
+    daemon.close(retire=False)
+    result = _cli(live, tmp_path, "selftest")
+    lines = result.stdout.splitlines()
+    assert result.returncode == 0, result.stdout + result.stderr
+    for name in ("munge", "scontrol ping", "query latency", "permission to update jobs",
+                 "store", "model"):
+        assert any(line.startswith(f"ok   {name}:") for line in lines), (name, lines)
+    assert f"a no-op update of job {job} was accepted" in result.stdout
+    assert lines[-1] == "6 of 6 checks passed"
