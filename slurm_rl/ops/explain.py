@@ -60,7 +60,8 @@ def explanation(store: Store, job: JobRow) -> dict[str, Any]:
 
 def _decision(row: DecisionRow, cycle: CycleRow) -> dict[str, Any]:
     details = row.details or {}
-    return {"cycle": cycle.id, "at": cycle.recorded_at.isoformat(), "mode": cycle.actuator_mode,
+    at = cycle.recorded_at.strftime("%Y-%m-%d %H:%M:%S UTC")  # stored in UTC
+    return {"cycle": cycle.id, "at": at, "mode": cycle.actuator_mode,
             "policy": row.policy_id, "action": row.action, "rank": row.rank, "score": row.score,
             "nodes": row.nodes, "argv": row.argv, "rc": row.slurm_rc, "answer": row.slurm_answer,
             "why": details.get("why"), "before": details.get("before")}
@@ -128,13 +129,27 @@ def _render_placement(placement: dict[str, Any] | None, nodes: str | None) -> li
         lines.append(f"    chosen set: cost {_num(chosen['score'])}, pace {_num(chosen['pace'])}, "
                      f"GP mean {_num(chosen['gp_mean'])} std {_num(chosen['gp_std'])}, "
                      f"{_num(chosen['price_per_hour'])}/h")
-    elif chosen and chosen.get("probability") is not None:
-        lines.append(f"    chosen set: probability {_num(chosen['probability'])}")
-    for alt in placement.get("alternatives", []):
+    lines.extend(_alternatives(placement, "no other node set had room"))
+    head = placement.get("head")
+    if head:
+        probability = (head.get("chosen") or {}).get("probability")
+        if probability is not None:
+            lines.append(f"    learned head: chosen set with probability {_num(probability)}")
+        lines.extend(_alternatives(head, "", prefix="learned head's alternative"))
+    return lines
+
+
+def _alternatives(block: dict[str, Any], fallback: str, prefix: str = "alternative") -> list[str]:
+    lines = []
+    for alt in block.get("alternatives", []):
         where = ",".join(alt["nodes"]) if "nodes" in alt else alt.get("node", "?")
-        lines.append(f"    alternative {safe(where)}: {safe(alt.get('lost', ''))}")
-    if not placement.get("alternatives"):
-        lines.append(f"    no alternative: {safe(placement.get('note', 'no other node had room'))}")
+        gp = ""
+        if "gp_mean" in alt:
+            gp = f" (GP mean {_num(alt['gp_mean'])} std {_num(alt['gp_std'])})"
+        lines.append(f"    {prefix} {safe(where)}{gp}: {safe(alt.get('lost', ''))}")
+    note = block.get("note", fallback)
+    if not lines and note:
+        lines.append(f"    {prefix}s: none ({safe(note)})")
     return lines
 
 

@@ -97,12 +97,12 @@ def _placement_why(
             entry["gp_mean"], entry["gp_std"] = belief[name]
         nodes.append(entry)
     why: Why = {"policy": getattr(policy, "name", type(policy).__name__), "nodes": nodes}
-    if hasattr(policy, "generator") and hasattr(policy, "logits"):
-        why.update(_learned_alternatives(policy, job, free, snapshot, chosen))
-    elif rwgp is not None:
+    if rwgp is not None:  # the GP's costs: why these nodes and not others
         why.update(_rwgp_alternatives(rwgp, job, free, snapshot, chosen))
     else:
         why["alternatives"] = _heuristic_alternatives(job, free, snapshot, chosen, why["policy"])
+    if hasattr(policy, "generator") and hasattr(policy, "logits"):
+        why["head"] = _learned_alternatives(policy, job, free, snapshot, chosen)
     return why
 
 
@@ -120,7 +120,29 @@ def _rwgp_alternatives(
         out["chosen"] = _features(best)
     others = [c for c in found if not _same(c.placement, chosen)][:ALTERNATIVES]
     out["alternatives"] = [{**_features(c), "lost": _rwgp_loss(c, best)} for c in others]
+    if not others:  # a fixed shape yields one set: compare the nodes the GP passed over
+        out["alternatives"] = _node_alternatives(rwgp, job, free, snapshot, chosen)
     return out
+
+
+def _node_alternatives(
+    rwgp: Any, job: Job, free: Sequence[int], snapshot: ClusterSnapshot, chosen: Placement
+) -> list[Why]:
+    belief = rwgp.node_belief(job, snapshot)
+    mine = [belief[n] for n in chosen.nodes if n in belief]
+    worst_mean = min((m for m, _ in mine), default=0.0)
+    worst_std = max((s for _, s in mine), default=0.0)
+    found = []
+    for entry in _heuristic_alternatives(job, free, snapshot, chosen, "rwgp"):
+        mean, std = belief.get(entry["node"], (float("nan"), float("nan")))
+        if mean < worst_mean - 1e-9:
+            lost = f"lower GP mean {mean:.3g} < {worst_mean:.3g}"
+        elif std > worst_std + 1e-9:
+            lost = f"higher GP std {std:.3g} > {worst_std:.3g}"
+        else:
+            lost = "no better: same GP belief; packing and node order break the tie"
+        found.append({**entry, "gp_mean": mean, "gp_std": std, "lost": lost})
+    return found
 
 
 def _features(candidate: Any) -> Why:
@@ -155,7 +177,7 @@ def _learned_alternatives(
 
     found = policy.generator.candidates(job, free, snapshot)
     if len(found) < 2:
-        return {"alternatives": [], "note": "the only candidate"}
+        return {"alternatives": [], "note": "one candidate set (one GPU type had room)"}
     row = policy.builder.job_row(job, snapshot)
     cluster = policy.builder.encode(snapshot).cluster
     probs = torch.softmax(policy.logits(row, found.features, cluster), dim=0).tolist()
