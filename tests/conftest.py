@@ -19,6 +19,15 @@ from tests import pg
 from tests.slurm.live import LiveCluster, compose_cluster, native_cluster
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The fault suite's one-line verdict (tests/slurm/test_faults_live.py), shown with -q."""
+    from tests.slurm.faults import summary
+
+    line = summary()
+    if line is not None:
+        terminalreporter.write_line(line)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--slurm-cluster",

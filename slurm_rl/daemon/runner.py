@@ -273,6 +273,9 @@ class Daemon:
         except SlurmRLError as exc:
             return self._skipped(f"cycle skipped: {_flat(exc)}", started, error_kind(exc))
         except SQLAlchemyError as exc:
+            # A connection that saw a disk I/O or read-only error may stay broken in SQLite;
+            # the next cycle opens fresh ones.
+            self.store.engine.dispose()
             return self._skipped(self._store_trouble() + one_line(exc), started, "store")
         except Exception as exc:  # a bug: keep serving, but with the traceback
             log.exception("cycle failed: %s", one_line(exc))
