@@ -61,3 +61,26 @@ def test_sqlite_runs_in_wal_mode(tmp_path):
     store = Store(f"sqlite:///{tmp_path}/d.sqlite")
     with store.engine.connect() as connection:
         assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+
+
+def test_a_cycle_that_failed_to_commit_does_not_hide_its_job_rows(tmp_path, monkeypatch):
+    """A locked store fails a cycle after its job rows were added to the session: the next
+    writes must add them again, or the job's outcome breaks the foreign key for good."""
+    from slurm_rl.store import repository
+
+    store = Store(f"sqlite:///{tmp_path}/c.sqlite")
+    job = Job("7", 100.0, 2, user="alice", partition="gpu")
+    real = repository._cycle_row
+
+    def locked(*args, **kwargs):
+        raise sa.exc.OperationalError("INSERT", {}, Exception("database is locked"))
+
+    monkeypatch.setattr(repository, "_cycle_row", locked)
+    try:
+        _cycle(store, job, 101.0)
+    except sa.exc.OperationalError:
+        pass
+    monkeypatch.setattr(repository, "_cycle_row", real)
+    done = FinishedJob(job, 105.0, 205.0, Placement(("a100-01",), (2,)), "COMPLETED", 0)
+    assert store.record_outcomes("c1", [done], "squeue") == 1
+    assert store.outcome_for("c1", "7") is not None

@@ -78,6 +78,8 @@ def daemon_command(
     overrides = {"policy": policy, "mode": mode, "dry_run": dry_run,
                  "store_url": store_url, "interval_s": interval_s}
     path = config_path(config_file)
+    # Lines logged while the daemon is built (a policy fallback) get the usual format too.
+    logging.basicConfig(stream=sys.stdout, format=LOG_FORMAT, level=logging.INFO)
     try:
         daemon = Daemon(lambda: load_config(path, overrides), on_config=configure_logging)
     except SlurmRLError as exc:

@@ -62,7 +62,12 @@ def file_heartbeat(config: DaemonConfig) -> Heartbeat:
 
 
 def one_line(error: BaseException) -> str:
-    """The first line of an error (SQLAlchemy's carry the SQL and a link on later lines)."""
+    """The first line of an error (SQLAlchemy's carry the SQL and a link on later lines, and
+    an autoflush note before the database's own message, which is what an operator needs)."""
+    orig = getattr(error, "orig", None)
+    if orig is not None:
+        cls = type(orig)
+        return f"({cls.__module__}.{cls.__name__}) {one_line(orig)}"
     text = str(error).strip().splitlines()
     return text[0] if text else type(error).__name__
 

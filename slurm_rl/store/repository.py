@@ -72,37 +72,45 @@ class Store:
     ) -> int:
         """Store one cycle: new jobs, and a decision row for every job an action touched."""
         cluster = snapshot.cluster.name
+        added: set[str] = set()
         with self._sessions.begin() as session:
-            self._add_new_jobs(session, cluster, snapshot.pending, snapshot.time)
+            self._add_new_jobs(session, cluster, snapshot.pending, snapshot.time, added)
             cycle = _cycle_row(snapshot, decision, mode, duration_s)
             session.add(cycle)
             session.flush()
             session.add_all(_decision_rows(cluster, cycle.id, decision, actions))
-            return cycle.id
+        self._known_jobs |= added  # only once committed: a rolled-back job row is not known
+        return cycle.id
 
     def record_outcomes(self, cluster: str, finished: Iterable[FinishedJob], source: str) -> int:
         """Store outcomes not stored yet (the same job seen again is ignored)."""
         added = 0
+        known: set[str] = set()
         with self._sessions.begin() as session:
             for done in finished:
                 key = job_key(cluster, done.job.job_id)
                 if session.get(OutcomeRow, key) is not None:
                     continue
-                self._add_new_jobs(session, cluster, [done.job], done.start_time)
+                self._add_new_jobs(session, cluster, [done.job], done.start_time, known)
                 session.add(_outcome_row(key, done, source))
                 added += 1
+        self._known_jobs |= known
         return added
 
     def _add_new_jobs(
-        self, session: Session, cluster: str, jobs: Iterable[Job], seen: float
+        self, session: Session, cluster: str, jobs: Iterable[Job], seen: float, added: set[str]
     ) -> None:
+        """Job rows for jobs not stored yet; their keys go to ``added``, which the caller
+        makes known once the transaction commits (a job row lost to a failed commit, e.g.
+        a locked store, must be written again, or its outcome would break the foreign key
+        forever)."""
         for job in jobs:
             key = job_key(cluster, job.job_id)
-            if key in self._known_jobs:
+            if key in self._known_jobs or key in added:
                 continue
             if session.get(JobRow, key) is None:
                 session.add(_job_row(cluster, key, job, seen))
-            self._known_jobs.add(key)
+            added.add(key)
 
     def decisions_for(self, cluster: str, job_id: str) -> list[DecisionRow]:
         with self._sessions() as session:

@@ -54,7 +54,7 @@ SQUEUE_SHIM = """#!/bin/bash
 fault=$(cat "{faults}/squeue" 2>/dev/null)
 case "$fault" in
   truncate) "{real}" "$@" | head -c 1500; exit 0 ;;
-  malformed) printf '%s\\n' '{{"meta": {{}}, "errors": [], "jobs": [{{"job_id": "seven", "job_state": ["WEIRD"], "partition": 3}}]}}'; exit 0 ;;
+  malformed) printf '%s\\n' '{{"meta": {{"plugin": {{"type": "openapi/v0.0.38"}}, "Slurm": {{"version": {{"major": 22, "minor": 5, "micro": 8}}, "release": "22.05.8"}}}}, "errors": [], "jobs": [{{"job_id": "seven", "job_state": "WEIRD", "partition": 3}}]}}'; exit 0 ;;
 esac
 exec "{real}" "$@"
 """
@@ -150,9 +150,17 @@ class Rig:
         return len(self.rows()["cycles"])
 
     def wait_healthy_cycles(self, count: int = 2, timeout_s: float = 40.0) -> None:
-        start = self.cycles()
-        self.live.wait_for(lambda: self.alive() and self.cycles() >= start + count,
-                           f"{count} healthy cycles", timeout_s, every_s=0.5)
+        """``count`` more healthy cycles: stored *and* beating (a cycle whose row was stored
+        but whose outcomes failed is not healthy, and does not beat)."""
+        start, since = self.cycles(), time.time()
+
+        def beat() -> float:
+            text = self.heartbeat.read_text().strip() if self.heartbeat.exists() else ""
+            return float(text) if text.isdigit() else 0.0
+
+        self.live.wait_for(lambda: self.alive() and self.cycles() >= start + count
+                           and beat() >= int(since) + count, f"{count} healthy cycles",
+                           timeout_s, every_s=0.5)
 
     # -- jobs ---------------------------------------------------------------------------
 
@@ -187,6 +195,8 @@ class Rig:
             lost = keys - after[table]
             assert not lost, f"{table}: rows lost: {sorted(map(str, lost))[:5]}"
         self.all_start()
+        if running:
+            self.wait_healthy_cycles(1)  # healthy again, not just alive
         assert "Traceback" not in self.output(), self.output()[-3000:]
 
 
