@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import sqlalchemy as sa
 
 from slurm_rl.core import Cluster, ClusterSnapshot, Decision, FinishedJob, Job, Node, Placement
@@ -76,10 +78,8 @@ def test_a_cycle_that_failed_to_commit_does_not_hide_its_job_rows(tmp_path, monk
         raise sa.exc.OperationalError("INSERT", {}, Exception("database is locked"))
 
     monkeypatch.setattr(repository, "_cycle_row", locked)
-    try:
+    with contextlib.suppress(sa.exc.OperationalError):
         _cycle(store, job, 101.0)
-    except sa.exc.OperationalError:
-        pass
     monkeypatch.setattr(repository, "_cycle_row", real)
     done = FinishedJob(job, 105.0, 205.0, Placement(("a100-01",), (2,)), "COMPLETED", 0)
     assert store.record_outcomes("c1", [done], "squeue") == 1

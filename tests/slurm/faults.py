@@ -54,7 +54,7 @@ SQUEUE_SHIM = """#!/bin/bash
 fault=$(cat "{faults}/squeue" 2>/dev/null)
 case "$fault" in
   truncate) "{real}" "$@" | head -c 1500; exit 0 ;;
-  malformed) printf '%s\\n' '{{"meta": {{"plugin": {{"type": "openapi/v0.0.38"}}, "Slurm": {{"version": {{"major": 22, "minor": 5, "micro": 8}}, "release": "22.05.8"}}}}, "errors": [], "jobs": [{{"job_id": "seven", "job_state": "WEIRD", "partition": 3}}]}}'; exit 0 ;;
+  malformed) cat "{faults}/malformed.json"; exit 0 ;;
 esac
 exec "{real}" "$@"
 """
@@ -209,8 +209,19 @@ def decision_lines(output: str) -> list[dict[str, object]]:
     return found
 
 
+# Valid JSON from a 22.05 squeue whose one job breaks the schema (no state the parser knows,
+# a partition that is a number).
+MALFORMED = {
+    "meta": {"plugin": {"type": "openapi/v0.0.38"},
+             "Slurm": {"version": {"major": 22, "minor": 5, "micro": 8}, "release": "22.05.8"}},
+    "errors": [],
+    "jobs": [{"job_id": "seven", "job_state": "WEIRD", "partition": 3}],
+}
+
+
 def make_shims(directory: Path, faults: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
+    (faults / "malformed.json").write_text(json.dumps(MALFORMED))
     scripts = {
         "squeue": SQUEUE_SHIM.format(faults=faults, real=shutil.which("squeue")),
         "scontrol": SCONTROL_SHIM.format(faults=faults, real=shutil.which("scontrol"),
