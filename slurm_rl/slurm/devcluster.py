@@ -78,6 +78,8 @@ class DevCluster:
 
     @property
     def heartbeat_path(self) -> Path:
+        if self.config.slurm_user != "root":
+            return self.root / "run" / "heartbeat"  # a daemon running as SlurmUser writes it
         return self.root / "heartbeat"
 
     @property
@@ -164,6 +166,10 @@ class DevCluster:
         (self.root / "munge").chmod(0o711)
         self.jobs_dir.mkdir()
         self.jobs_dir.chmod(0o1777)
+        if self.config.slurm_user != "root":
+            # slurmctld drops to SlurmUser: its state, logs, pid and the heartbeat it reads.
+            for sub in ("state", "log", "run"):
+                shutil.chown(self.root / sub, self.config.slurm_user, self.config.slurm_user)
         self._write_configs()
         self._make_gpu_devices()
         self._write_munge_key()

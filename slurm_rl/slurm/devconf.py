@@ -58,6 +58,9 @@ class DevClusterConfig:
     heartbeat_max_age_s: int = 30
     min_job_age_s: int = 300
     sched_interval_s: int = 2
+    # slurmctld's user: root by default; "slurm" (Debian's) for a least-privilege setup
+    # where the daemon runs as SlurmUser instead of root (docs/operations.md).
+    slurm_user: str = "root"
 
     def nodes(self) -> tuple[DevNode, ...]:
         nodes: list[DevNode] = []
@@ -88,7 +91,7 @@ def _header(cfg: DevClusterConfig, hostname: str) -> list[str]:
         f"ClusterName={cfg.cluster_name}",
         f"SlurmctldHost={hostname}(127.0.0.1)",
         f"SlurmctldPort={cfg.base_port}",
-        "SlurmUser=root",
+        f"SlurmUser={cfg.slurm_user}",
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
