@@ -1,0 +1,218 @@
+"""Operations without a cluster: config precedence and show-conf, JSON decision lines,
+metrics, stored reasons and before-values, explain's rendering of hostile text, revert's
+field logic, and the packaging files."""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_rl.cli import main
+from slurm_rl.core import Cluster, ClusterSnapshot, Job, Node
+from slurm_rl.daemon.config import load_config, load_with_sources
+from slurm_rl.daemon.runner import Daemon
+from slurm_rl.errors import InputError
+from slurm_rl.ops import reasons
+from slurm_rl.ops.explain import explanation, find_job, render
+from slurm_rl.ops.revert import changes, parse_since, restore_fields
+from slurm_rl.scheduler import Scheduler
+from slurm_rl.slurm.devcluster import free_base_port
+from slurm_rl.slurm.records import SlurmJob
+from slurm_rl.store.models import DecisionRow
+from tests.test_daemon import ROLES, _cluster, _config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# -- config --------------------------------------------------------------------------------
+
+
+def test_precedence_is_defaults_file_environment_command_line(tmp_path: Path) -> None:
+    path = tmp_path / "slurm-rl.toml"
+    path.write_text('[daemon]\nmode = "advise"\ninterval_s = 2\npolicy = "qssf+first-fit"\n')
+    env = {"SLURM_RL_INTERVAL_S": "3", "SLURM_RL_POLICY": "fifo+first-fit",
+           "SLURM_RL_PARTITIONS": "gpu, a100", "SLURM_RL_PRICE_PER_GPU_HOUR": '{"a100": 2.5}'}
+    config, sources = load_with_sources(path, {"policy": "sjf-oracle+best-fit"}, env)
+    assert (config.mode, sources["mode"]) == ("advise", str(path))
+    assert (config.interval_s, sources["interval_s"]) == (3.0, "environment")
+    assert (config.policy, sources["policy"]) == ("sjf-oracle+best-fit", "command line")
+    assert config.partitions == ("gpu", "a100") and config.price_per_gpu_hour == {"a100": 2.5}
+    assert sources["seed"] == "default"
+
+
+@pytest.mark.parametrize("env, where", [
+    ({"SLURM_RL_MODE": "sometimes"}, "SLURM_RL_MODE: [daemon] mode: Input should be"),
+    ({"SLURM_RL_PRICE_PER_GPU_HOUR": "{a100"}, "SLURM_RL_PRICE_PER_GPU_HOUR: not a JSON"),
+])
+def test_a_bad_environment_value_names_the_variable(env: dict[str, str], where: str) -> None:
+    with pytest.raises(InputError) as caught:
+        load_config(None, None, env)
+    assert str(caught.value).startswith(where) and "\n" not in str(caught.value)
+
+
+def test_show_conf_prints_each_value_with_its_source(tmp_path: Path) -> None:
+    path = tmp_path / "site.toml"
+    path.write_text('[daemon]\nmode = "enforce"\n')
+    result = CliRunner().invoke(main, ["show-conf", "--config", str(path)],
+                                env={"SLURM_RL_SEED": "7"})
+    assert result.exit_code == 0, result.output
+    assert f'mode = "enforce"  # {path}' in result.output
+    assert "seed = 7  # environment (SLURM_RL_SEED)" in result.output
+    assert 'policy = "fifo+best-fit"  # default' in result.output
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[daemon]\nmood = "enforce"\n')
+    failed = CliRunner().invoke(main, ["show-conf", "--config", str(bad)])
+    assert failed.exit_code == 2
+    assert f"{bad}: [daemon] mood: Extra inputs are not permitted" in failed.output
+
+
+def test_the_site_config_default_path_is_used_when_it_exists(tmp_path: Path,
+                                                             monkeypatch: Any) -> None:
+    from slurm_rl.daemon import config as module
+
+    site = tmp_path / "slurm-rl.toml"
+    monkeypatch.setattr(module, "DEFAULT_CONFIG_PATH", site)
+    assert module.config_path(None, {}) is None
+    site.write_text("[daemon]\n")
+    assert module.config_path(None, {}) == site
+    assert module.config_path(None, {"SLURM_RL_CONFIG": "/x.toml"}) == Path("/x.toml")
+    assert module.config_path(Path("/given.toml"), {}) == Path("/given.toml")
+
+
+# -- what a cycle stores and logs ----------------------------------------------------------
+
+
+def test_decisions_are_json_lines_and_store_reasons_and_before_values(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = _config(tmp_path)
+    daemon = Daemon(lambda: config, runner=_cluster())
+    try:
+        with caplog.at_level(logging.INFO, logger="slurm_rl.decisions"):
+            assert daemon.run_once().ok
+        lines = [json.loads(r.getMessage()) for r in caplog.records
+                 if r.name == "slurm_rl.decisions"]
+        placed = [d for d in daemon.store.decisions_for("slurm", ROLES["pending_prio"])]
+    finally:
+        daemon.close(retire=False)
+    assert lines and {"event", "job", "action", "argv", "rc", "policy"} <= set(lines[0])
+    row: DecisionRow = placed[0]
+    assert row.details is not None
+    assert row.details["before"]["ReqNodeList"] == "" and "NumNodes" in row.details["before"]
+    why = row.details["why"]
+    assert why["rank"] == 0 and why["placement"]["nodes"][0]["node"] in (row.nodes or "")
+    samples = daemon.metrics.registry.get_sample_value
+    assert samples("slurm_rl_cycles_total", {"result": "healthy"}) == 1.0
+    assert samples("slurm_rl_decisions_total", {"action": "place"}) >= 1.0
+    assert samples("slurm_rl_active_model_info",
+                   {"policy": "fifo+best-fit", "version": "builtin"}) == 1.0
+
+
+def test_metrics_are_served_on_localhost_only(tmp_path: Path) -> None:
+    port = free_base_port(1, start=19600)
+    config = _config(tmp_path, metrics_port=port)
+    daemon = Daemon(lambda: config, runner=_cluster())
+    try:
+        daemon.metrics.serve(config.metrics_address, config.metrics_port)
+        daemon.run_once()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+    finally:
+        daemon.close(retire=False)
+    assert "slurm_rl_cycle_duration_seconds_count 1.0" in text
+    assert config.metrics_address == "127.0.0.1"
+
+
+def test_reasons_give_rank_neighbours_and_rwgp_belief() -> None:
+    from slurm_rl.agents.ordering_baselines import Fifo
+    from slurm_rl.agents.rwgp.placement import RwgpPlacement
+
+    cluster = Cluster("c", (Node("a-1", "A100", 8), Node("a-2", "A100", 8),
+                            Node("v-1", "V100", 4)))
+    jobs = (Job("1", 0.0, 2, gpu_type="a100"), Job("2", 1.0, 4))
+    snapshot = ClusterSnapshot(10.0, cluster, (8, 8, 4), jobs)
+    scheduler = Scheduler(Fifo(), RwgpPlacement())
+    decision = scheduler.decide(snapshot)
+    why = reasons.explain_decision(scheduler, snapshot, decision)
+    first = why[decision.ranking[0]]
+    assert first["rank"] == 0 and "below" in first
+    nodes = first["placement"]["nodes"]
+    assert all("gp_mean" in n and "gp_std" in n for n in nodes)
+    assert first["placement"]["alternatives"], "other a100 node was an alternative"
+    assert "lost" in first["placement"]["alternatives"][0]
+
+
+# -- explain and revert --------------------------------------------------------------------
+
+
+def test_explain_prints_hostile_stored_text_on_single_lines(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    daemon = Daemon(lambda: config, runner=_cluster())
+    try:
+        assert daemon.run_once().ok
+        store = daemon.store
+        with store.session() as session, session.begin():
+            row = session.get(DecisionRow, 1)
+            assert row is not None
+            row.job.user = "evil\n\x1b[2Jcycle 99 faked"
+        job = find_job(store, row.job.job_id, None)
+        lines = render(explanation(store, job))
+    finally:
+        daemon.close(retire=False)
+    assert all("\n" not in line for line in lines)
+    assert "evil\\x0a\\x1b[2Jcycle 99 faked" in lines[0]
+
+
+def _job(**values: Any) -> SlurmJob:
+    settings: dict[str, Any] = {"job_id": "5", "name": "x", "user": "alice",
+                                "partition": "gpu", "state": "PENDING"}
+    return SlurmJob(**{**settings, **values})
+
+
+def test_restore_fields_undo_pins_priorities_and_deferrals() -> None:
+    now = 1000.0
+    pinned = _job(required_nodes=("a-1",), priority=1000, eligible_time=now - 5)
+    before = {"ReqNodeList": "", "NumNodes": "1", "Priority": "1", "StartTime": "990"}
+    assert restore_fields(pinned, before, now) == {"ReqNodeList": "", "NumNodes": "1",
+                                                   "Priority": "1"}
+    held = _job(eligible_time=now + 100, priority=1)
+    assert restore_fields(held, {"StartTime": "995"}, now) == {"StartTime": "now"}
+    user_begin = _job(eligible_time=now + 300)
+    assert restore_fields(user_begin, {"StartTime": f"{now + 300:.0f}"}, now) == {}
+    assert restore_fields(_job(priority=1), {"Priority": "1"}, now) == {}
+
+
+def test_changes_take_the_value_before_the_first_change(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    daemon = Daemon(lambda: config, runner=_cluster())
+    try:
+        assert daemon.run_once().ok
+        found = changes(daemon.store, None, None)
+        later = changes(daemon.store, None, parse_since("2999-01-01"))
+    finally:
+        daemon.close(retire=False)
+    assert ROLES["pending_prio"] in found
+    assert found[ROLES["pending_prio"]].before["ReqNodeList"] == ""
+    assert later == {}
+    with pytest.raises(InputError, match="--since: not a time"):
+        parse_since("last tuesday")
+
+
+# -- packaging -----------------------------------------------------------------------------
+
+
+def test_the_packaged_config_loads_and_the_unit_runs_as_slurmuser() -> None:
+    config = load_config(REPO / "packaging" / "slurm-rl.toml", None, {})
+    assert config.mode == "enforce" and config.metrics_port == 9464
+    unit = (REPO / "packaging" / "slurm-rl.service").read_text()
+    assert "\nUser=slurm\n" in unit and "User=root" not in unit
+    assert "ExecStart=/usr/bin/slurm-rl daemon --config /etc/slurm-rl/slurm-rl.toml" in unit
+    assert "ExecReload=/bin/kill -HUP $MAINPID" in unit
+    sysusers = (REPO / "packaging" / "slurm-rl.sysusers").read_text().splitlines()
+    assert any(line.split()[:2] == ["u", "slurm"] for line in sysusers)
