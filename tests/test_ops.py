@@ -216,3 +216,19 @@ def test_the_packaged_config_loads_and_the_unit_runs_as_slurmuser() -> None:
     assert "ExecReload=/bin/kill -HUP $MAINPID" in unit
     sysusers = (REPO / "packaging" / "slurm-rl.sysusers").read_text().splitlines()
     assert any(line.split()[:2] == ["u", "slurm"] for line in sysusers)
+
+
+def test_explain_and_revert_on_a_missing_or_foreign_store_are_one_line(tmp_path: Path) -> None:
+    import sqlite3
+
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n')
+    runner = CliRunner()
+    missing = runner.invoke(main, ["explain", "5", "--config", str(conf)])
+    assert missing.exit_code == 2 and "no store at sqlite:///" in missing.output
+    assert not (tmp_path / "slurm-rl.sqlite").exists()  # a reader creates nothing
+    sqlite3.connect(tmp_path / "slurm-rl.sqlite").execute("CREATE TABLE other (a)")
+    for argv in (["explain", "5"], ["revert"]):
+        foreign = runner.invoke(main, [*argv, "--config", str(conf)])
+        assert foreign.exit_code == 2 and "cannot read the store" in foreign.output
+        assert "Traceback" not in foreign.output

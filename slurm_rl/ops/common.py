@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -19,7 +21,11 @@ def load(config_file: Path | None, store_url: str | None = None) -> DaemonConfig
 
 
 def open_store(config: DaemonConfig) -> Store:
-    """The daemon's store, without migrating it (a reader must not change the schema)."""
+    """The daemon's store, without migrating it (a reader must not change the schema, nor
+    create an empty SQLite file where the daemon never wrote one)."""
+    url = config.store
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
+        raise SlurmRLError(f"no store at {url} (has the daemon run with this config?)")
     try:
         store = Store(config.store, upgrade=False)
         with store.engine.connect():
@@ -28,6 +34,18 @@ def open_store(config: DaemonConfig) -> Store:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise SlurmRLError(f"cannot open the store {config.store}: {first}") from exc
     return store
+
+
+@contextlib.contextmanager
+def reading(config: DaemonConfig) -> Iterator[None]:
+    """Store errors while reading become one line (a store without our tables, a lost
+    connection), never a traceback."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        orig = getattr(exc, "orig", None) or exc
+        first = (str(orig).strip().splitlines() or [type(exc).__name__])[0]
+        raise SlurmRLError(f"cannot read the store {config.store}: {first}") from exc
 
 
 def safe(text: object) -> str:

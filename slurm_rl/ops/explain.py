@@ -17,7 +17,7 @@ import click
 from sqlalchemy import select
 
 from slurm_rl.errors import SlurmRLError
-from slurm_rl.ops.common import load, open_store, safe
+from slurm_rl.ops.common import load, open_store, reading, safe
 from slurm_rl.store.models import CycleRow, DecisionRow, JobRow, OutcomeRow
 from slurm_rl.store.repository import Store
 
@@ -175,10 +175,12 @@ def explain_command(job_id: str, config_file: Path | None, store_url: str | None
     the best alternatives and why they lost, what was sent and how the job ended."""
     config = load(config_file, store_url)
     store = open_store(config)
-    try:
-        data = explanation(store, find_job(store, job_id, cluster or config.cluster_name or None))
-    finally:
-        store.engine.dispose()
+    with reading(config):
+        try:
+            data = explanation(store, find_job(store, job_id,
+                                               cluster or config.cluster_name or None))
+        finally:
+            store.engine.dispose()
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return

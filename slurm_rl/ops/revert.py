@@ -26,7 +26,7 @@ from sqlalchemy import select
 
 from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.errors import InputError, SlurmRLError
-from slurm_rl.ops.common import load, open_store, safe
+from slurm_rl.ops.common import load, open_store, reading, safe
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.deferral import deferred_until
 from slurm_rl.slurm.proc import make_runner
@@ -204,10 +204,11 @@ def revert_command(since: str | None, config_file: Path | None, store_url: str |
         raise SlurmRLError(f"the daemon looks alive (heartbeat {config.heartbeat} is {age:.0f} s "
                            "old) and would redo its decisions: stop it first, or pass --force")
     store = open_store(config)
-    try:
-        found = changes(store, cluster or config.cluster_name or None, moment)
-    finally:
-        store.engine.dispose()
+    with reading(config):
+        try:
+            found = changes(store, cluster or config.cluster_name or None, moment)
+        finally:
+            store.engine.dispose()
     steps = revert(_client(config), found, dry_run=dry_run, now=now)
     for step in steps:
         click.echo(_describe(step))
