@@ -119,11 +119,16 @@ def test_slurmctld_killed_and_restarted_mid_cycle(make_rig, live: LiveCluster) -
     with fault("slurmctld killed and restarted mid-cycle"):
         rig = make_rig()
         before = rig.rows()
+        submitted = time.time()
         jobs = rig.submit("--gres=gpu:a100:8 -N2", user="bob")
         rig.submit("--gres=gpu:v100:1")
         _deferred(live, jobs)
-        live.run("scontrol", "setdebug", "info")  # a call that makes slurmctld save its state
-        time.sleep(2.0)
+        # slurmctld writes its job state a few seconds after a change; a job acknowledged
+        # but not yet saved dies with a SIGKILLed controller (Slurm's durability, not ours).
+        assert live.controller is not None
+        saved = live.controller.root / "state" / "job_state"
+        live.wait_for(lambda: saved.stat().st_mtime > submitted + 0.5, "the job state saved",
+                      timeout_s=30.0)
         with _stopped_controller(live) as pid:
             time.sleep(1.5)  # the daemon's cycle now waits on squeue
             os.kill(pid, signal.SIGKILL)
