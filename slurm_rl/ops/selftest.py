@@ -3,8 +3,9 @@
 Checks: munge encodes and decodes a credential (on slurm.conf's ``AuthInfo`` socket, if
 any); ``scontrol ping`` finds slurmctld UP; ``squeue --json`` and ``sinfo --json`` answer and
 parse, and how long they take against ``slurm_timeout_s``; the daemon's user may update jobs
-(root or SlurmUser, and a harmless no-op update of a pending job's admin comment when one is
-there); the store opens; the configured policy builds (its bundle loads). Exit 0 when all
+(root, SlurmUser or an administrator: a harmless no-op update of a pending job's admin
+comment when one is there; an Operator in slurmdbd's accounts: its AdminLevel); the store
+opens; the configured policy builds (its bundle loads). Exit 0 when all
 pass, 1 otherwise.
 """
 
@@ -121,13 +122,33 @@ def _slurm_user(runner: Runner, timeout_s: float) -> str | None:
     return match.group(1) if match else None
 
 
+def admin_level(runner: Runner, user: str, timeout_s: float) -> str | None:
+    """The user's AdminLevel in slurmdbd (None, Operator, Administrator), or None when
+    there is no accounting database to ask."""
+    try:
+        result = runner(("sacctmgr", "-n", "-P", "show", "user", user, "format=adminlevel"),
+                        timeout_s)
+    except SlurmRLError:
+        return None
+    level = result.stdout.strip().splitlines()[0].strip() if result.ok and result.stdout.strip() \
+        else ""
+    return level or None
+
+
 def check_permission(client: CliSlurmClient, runner: Runner, pending: list[str]) -> Check:
     me = pwd.getpwuid(os.geteuid()).pw_name
     admin = _slurm_user(runner, client.timeout_s)
-    if me != "root" and me != admin:
+    level = None if me in ("root", admin) else admin_level(runner, me, client.timeout_s)
+    if level == "Operator":
+        # Operators may set Priority, ReqNodeList, NumNodes and StartTime of any job, but
+        # not AdminComment (an administrator's field): no probe, slurmdbd's word is enough.
+        return Check("permission to update jobs", True,
+                     f"running as {me}, AdminLevel=Operator in slurmdbd")
+    if me not in ("root", admin) and level != "Administrator":
         return Check("permission to update jobs", False,
-                     f"running as {me}, but only root and SlurmUser ({admin}) may set Priority "
-                     f"without slurmdbd; fix: run the daemon as {admin} (docs/operations.md)")
+                     f"running as {me}, who is neither root, SlurmUser ({admin}) nor an "
+                     f"Operator; fix: run the daemon as {admin}, or where slurmdbd runs: "
+                     f"sacctmgr modify user {me} set adminlevel=Operator (docs/operations.md)")
     if not pending:
         return Check("permission to update jobs", True,
                      f"running as {me} (SlurmUser is {admin}); no pending job to try an update on")

@@ -126,7 +126,7 @@ def test_an_ordinary_user_is_refused_recorded_and_told_the_fix(slurm_user_cluste
         checked = _as("bob", cluster, state, "slurm_rl.cli", "selftest", heartbeat=state / "b")
         assert checked.returncode == 1
         assert "FAIL permission to update jobs: running as bob" in checked.stdout
-        assert f"fix: run the daemon as {SLURM_USER}" in checked.stdout
+        assert f"fix: run the daemon as {SLURM_USER}, or where slurmdbd runs" in checked.stdout
         # Nothing was changed for alice's job: it starts when the plugin's window ends.
         live.wait_state(job, "RUNNING", timeout_s=WINDOW_S + 8)
     finally:
