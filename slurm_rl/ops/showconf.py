@@ -48,8 +48,8 @@ def show_conf_command(config_file: Path | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"file": str(path) if path else None,
                                "settings": {k: {"value": v, "source": s} for k, v, s in table}},
-                              indent=2))
+                              indent=2, default=str))
         return
     click.echo(f"# config file: {path if path else '(none)'}")
     for name, value, source in table:
-        click.echo(f"{name} = {json.dumps(value)}  # {source}")
+        click.echo(f"{name} = {json.dumps(value, default=str)}  # {source}")
