@@ -426,6 +426,9 @@ class Daemon:
                         self.models.pending, self.config.policy, one_line(exc))
             return False
         self.models.committed()
+        if self.models.pending is not None:  # the metric names the registry's version too
+            self.metrics.set_model(config.policy,
+                                   f"registry-{self.models.pending}/{self.parts.model_version}")
         log.info("model version %s active: policy %s%s", self.models.pending or "none",
                  config.policy, f" ({config.policy_bundle})" if config.policy_bundle else "")
         return True
