@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install Debian's Slurm 22.05 packages (controller, node daemon, clients, slurmrestd) and munge.
+# Install Debian's Slurm 22.05 packages (controller, node daemon, clients, slurmrestd, slurmdbd),
+# munge and MariaDB.
 #
 # Idempotent and quick when everything is already there: it only calls apt when a
 # package is missing. Never installs slurm-wlm-emulator: in Debian 12 it is broken
@@ -10,7 +11,10 @@ set -euo pipefail
 
 # slurm-wlm-basic-plugins (a hard Depends) already carries job_submit_lua, select_cons_tres,
 # priority_multifactor, gres_gpu and jobcomp_filetxt, so no Recommends are needed.
-PACKAGES=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins slurmrestd)
+# slurmdbd and mariadb-server: the least-privilege test gives a user Slurm's Operator level,
+# which needs accounting (tests/slurm/test_operator_live.py starts its own private MariaDB).
+PACKAGES=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins slurmrestd slurmdbd
+          mariadb-server)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -45,7 +49,7 @@ if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>
     apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-for tool in slurmctld slurmd sbatch squeue scontrol munged; do
+for tool in slurmctld slurmd sbatch squeue scontrol munged slurmdbd sacctmgr mariadbd; do
     if ! command -v "$tool" >/dev/null 2>&1 && [[ ! -x /usr/sbin/$tool ]]; then
         echo "install-slurm.sh: $tool still missing after install" >&2
         exit 1

@@ -6,8 +6,8 @@ SiteFactor of any user's job, but not AdminComment (administrators only). sacctm
 slurmctld reach slurmdbd through munge's *default* socket whatever ``AuthInfo=socket=`` says,
 so a second munged with the cluster's key serves that socket while the test runs.
 
-Skips unless MariaDB and slurmdbd are installed (``apt-get install slurmdbd mariadb-server``;
-``make test`` does not install them) and nothing else serves munge's default socket.
+Skips unless MariaDB and slurmdbd are installed (``make test`` installs them with
+scripts/install-slurm.sh) and nothing else serves munge's default socket.
 """
 
 from __future__ import annotations
