@@ -92,6 +92,9 @@ def main() -> None:
               type=click.FloatRange(min=0.0), help="Seconds between decisions.")
 @click.option("--no-fluctuation", is_flag=True, help="Machines keep their nominal speed.")
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--fee-weight", "fee_weight", default=None, type=click.FloatRange(min=0.0),
+              help="λ per $ in the reward −(JCT h + λ·fees), for placements that take one "
+                   "(rwgp) [default: theirs]; learned rl policies keep their bundle's.")
 @click.option("--skip-bad-rows", is_flag=True, help="Skip (and count) bad trace rows.")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
               default=None, help="Write report.md, plots and results.json here.")

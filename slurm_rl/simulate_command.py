@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from slurm_rl.agents.registry import baseline_names, make_scheduler
+from slurm_rl.agents.registry import baseline_names, is_learned, make_scheduler, takes_fee_weight
 from slurm_rl.errors import InputError
 from slurm_rl.report import as_json, print_table, write_report
 from slurm_rl.scenario import ReplayResult, Scenario, replay
@@ -30,6 +30,7 @@ _progress_counter: Any = None  # a shared counter of finished decision cycles, s
 class PolicyRun:
     name: str
     seed: int
+    fee_weight: float | None = None  # λ for placements that take one; None: their default
 
 
 DEFAULT_SYNTHETIC_WARMUP_DAYS = 3.0
@@ -71,15 +72,30 @@ def run_simulate(console: Console, **options: Any) -> list[ReplayResult]:
     scenario = build_scenario(options)
     names = policy_names(options["policies"])
     speeds = gpu_speed_table()
+    fee_weight: float | None = options.get("fee_weight")
     for name in names:  # fail on a bad name before spending any time
-        make_scheduler(name, speeds, seed=options["seed"])
+        make_scheduler(name, speeds, seed=options["seed"], fee_weight=fee_weight)
+    if fee_weight is not None and not options.get("as_json"):
+        _note_fee_weight(console, names, fee_weight)
     if scenario.trace.skipped:
         skipped = ", ".join(f"{n} {reason}" for reason, n in scenario.trace.skipped.items())
         console.print(f"skipped trace rows: {skipped}", highlight=False)
-    runs = [PolicyRun(name, options["seed"]) for name in names]
+    runs = [PolicyRun(name, options["seed"], fee_weight) for name in names]
     results = replay_all(scenario, runs, options["workers"], quiet=options["as_json"])
     _emit(console, results, scenario, options)
     return results
+
+
+def _note_fee_weight(console: Console, names: list[str], fee_weight: float) -> None:
+    """Say which policies --fee-weight reaches: a heuristic has no λ, and a learned policy
+    keeps the one its bundle was trained with."""
+    taking = [n for n in names if takes_fee_weight(n)]
+    learned = [n for n in names if is_learned(n)]
+    reach = ", ".join(taking) if taking else "no policy named"
+    console.print(f"fee weight λ = {fee_weight:g} per $: {reach}", highlight=False)
+    if learned:
+        console.print(f"  {', '.join(learned)}: the bundle's own λ (trained with it)",
+                      highlight=False)
 
 
 def _emit(console: Console, results: list[ReplayResult], scenario: Scenario,
@@ -119,7 +135,8 @@ def _tick() -> None:
 
 
 def _replay_one(scenario: Scenario, run: PolicyRun) -> ReplayResult:
-    scheduler = make_scheduler(run.name, gpu_speed_table(), seed=run.seed)
+    scheduler = make_scheduler(run.name, gpu_speed_table(), seed=run.seed,
+                               fee_weight=run.fee_weight)
     return replay(scenario, scheduler, policy_id=run.name, on_cycle=_tick)
 
 

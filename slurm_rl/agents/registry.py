@@ -28,24 +28,32 @@ ORDERING: dict[str, Callable[[], OrderingPolicy]] = {
 REALISABLE_ORDERING = ("fifo", "qssf", "multifactor")
 
 
+#: Placements whose score takes the fee weight λ (the reward's ``−(JCT h + λ·fees)``, per $).
+FEE_WEIGHTED_PLACEMENTS = ("rwgp",)
+
+
 def placement_factories(
-    gpu_speed: Mapping[str, float], seed: int = 0
+    gpu_speed: Mapping[str, float], seed: int = 0, fee_weight: float | None = None
 ) -> dict[str, Callable[[], PlacementPolicy]]:
+    """Placement constructors by name; ``fee_weight`` (λ) goes to the placements in
+    :data:`FEE_WEIGHTED_PLACEMENTS`, ``None`` keeping their own default."""
     return {
         "first-fit": FirstFit,
         "best-fit": BestFit,
         "random": lambda: RandomFit(seed),
         "fastest-gpu": lambda: FastestGpuFirst(gpu_speed),
         "cheapest-gpu": CheapestGpuFirst,
-        "rwgp": lambda: _rwgp(gpu_speed),
+        "rwgp": lambda: _rwgp(gpu_speed, fee_weight),
     }
 
 
-def _rwgp(gpu_speed: Mapping[str, float]) -> PlacementPolicy:
+def _rwgp(gpu_speed: Mapping[str, float], fee_weight: float | None) -> PlacementPolicy:
     """The learned placement agent; imported on use (it pulls in torch and gpytorch)."""
-    from slurm_rl.agents.rwgp.placement import RwgpPlacement
+    from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
 
-    return RwgpPlacement(gpu_speed)
+    if fee_weight is None:
+        return RwgpPlacement(gpu_speed)
+    return RwgpPlacement(gpu_speed, PlacementConfig(fee_weight=fee_weight))
 
 
 #: Learned ordering names: the dual agent's bundle (``rl``) and its no-communication ablation.
@@ -65,15 +73,34 @@ def _default_bundle_exists() -> bool:
     return (REPO_DIR / "policies" / "default" / "meta.json").exists()
 
 
-def make_scheduler(
-    name: str, gpu_speed: Mapping[str, float], *, seed: int = 0, walk: Walk = "greedy"
-) -> Scheduler:
+def is_learned(name: str) -> bool:
+    """True for names served by the shipped bundle (``rl+rl``, ``rl+<placement>``,
+    ``<ordering>+rl``): they use the fee weight the bundle was trained with."""
     ordering_name, sep, placement_name = name.partition("+")
-    if sep and (ordering_name in LEARNED_ORDERING or placement_name == "rl"):
+    return bool(sep) and (ordering_name in LEARNED_ORDERING or placement_name == "rl")
+
+
+def takes_fee_weight(name: str) -> bool:
+    """True when ``make_scheduler(name, …, fee_weight=λ)`` puts λ to use."""
+    return not is_learned(name) and name.partition("+")[2] in FEE_WEIGHTED_PLACEMENTS
+
+
+def make_scheduler(
+    name: str,
+    gpu_speed: Mapping[str, float],
+    *,
+    seed: int = 0,
+    walk: Walk = "greedy",
+    fee_weight: float | None = None,
+) -> Scheduler:
+    """The scheduler ``name``; ``fee_weight`` (λ) reaches the placements that take one
+    (:func:`takes_fee_weight`) and is ignored by the others."""
+    ordering_name, sep, placement_name = name.partition("+")
+    if is_learned(name):
         from slurm_rl.agents.ordering.agent import registry_scheduler
 
         return registry_scheduler(name, gpu_speed, seed=seed)
-    placements = placement_factories(gpu_speed, seed)
+    placements = placement_factories(gpu_speed, seed, fee_weight)
     if not sep:
         raise UnknownNameError("policy", name, [f"{o}+{p}" for o in ORDERING for p in placements])
     if ordering_name not in ORDERING:
