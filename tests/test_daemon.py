@@ -25,7 +25,7 @@ from slurm_rl.daemon.config import DaemonConfig, load_config
 from slurm_rl.daemon.guard import checked, placement_problem
 from slurm_rl.daemon.jobcomp import parse_line
 from slurm_rl.daemon.runner import Daemon
-from slurm_rl.errors import InputError, SlurmRLError
+from slurm_rl.errors import InputError
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.deferral import CONF_NAME
 from slurm_rl.slurm.errors import SlurmTimeoutError
@@ -551,58 +551,3 @@ def test_jobs_squeue_forgot_get_their_outcome_from_jobcomp(tmp_path: Path) -> No
     pinned = again.store.outcome_for("slurm", rotated)
     assert pinned is not None and pinned.nodes == "a100-01,a100-02"
     again.close(retire=False)
-
-
-# -- learned policies -----------------------------------------------------------------------
-
-
-def _bundle(path: Path, seed: int = 0) -> Path:
-    """An untrained policy bundle (the daemon's wiring does not depend on what it learned)."""
-    import torch
-
-    from slurm_rl.agents.ordering.agent import network_config, save_bundle
-    from slurm_rl.agents.ordering.network import DualNetwork
-
-    torch.manual_seed(seed)
-    return save_bundle(path, DualNetwork(network_config(16)), {"chooser": "best-fit"})
-
-
-def _policies(daemon: Daemon) -> list[str]:
-    with daemon.store.engine.connect() as connection:
-        return list(connection.execute(text("SELECT policy_id FROM cycles ORDER BY id")).scalars())
-
-
-def test_a_learned_policy_runs_from_its_bundle_and_reloads_on_sighup(tmp_path: Path) -> None:
-    bundle = _bundle(tmp_path / "bundle")
-    config = _config(tmp_path, policy="rl+rl", policy_bundle=bundle)
-    daemon = Daemon(lambda: config, runner=_cluster(), clock=Clock())
-    assert daemon.run_once().ok
-    first = daemon.parts.scheduler
-    (bundle / "weights.pt").write_bytes(b"not a checkpoint")  # a bad retrain lands
-    assert not daemon.reload()  # the running agent stays
-    assert daemon.parts.scheduler is first and daemon.run_once().ok
-    _bundle(bundle, seed=1)  # a good one: the next reload reads its weights
-    assert daemon.reload() and daemon.parts.scheduler is not first
-    assert daemon.run_once().ok
-    assert _policies(daemon) == ["rl+rl-best-fit"] * 3
-    daemon.close()
-
-
-def test_an_unusable_bundle_at_start_falls_back_with_one_line(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    config = _config(tmp_path, policy="rl+rl", policy_bundle=tmp_path / "missing")
-    with caplog.at_level(logging.INFO):
-        daemon = Daemon(lambda: config, runner=_cluster(), clock=Clock())
-    (line,) = _problems(caplog)
-    assert "no policy bundle" in line.getMessage()
-    assert line.getMessage().endswith("running qssf+fastest-gpu instead")
-    assert daemon.run_once().ok and _policies(daemon) == ["qssf+fastest-gpu"]
-    daemon.close()
-
-
-@pytest.mark.parametrize("name", ["rl+nowhere", "rl-nocomm+best-fit", "magic+rl"])
-def test_unknown_learned_names_are_refused_in_one_line(tmp_path: Path, name: str) -> None:
-    with pytest.raises(SlurmRLError) as error:
-        Daemon(lambda: _config(tmp_path, policy=name), runner=_cluster(), clock=Clock())
-    assert "unknown" in str(error.value) and "\n" not in str(error.value)
