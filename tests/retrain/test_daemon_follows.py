@@ -8,7 +8,8 @@ from pathlib import Path
 
 from slurm_rl.daemon.runner import Daemon
 from slurm_rl.store.registry import ModelRegistry
-from tests.test_daemon import Clock, _bundle, _cluster, _config, _policies
+from tests.test_daemon import Clock, _cluster, _config
+from tests.test_daemon_learned import _bundle, _policies
 
 
 def test_the_daemon_follows_promote_and_rollback_at_its_next_cycle(tmp_path: Path) -> None:
