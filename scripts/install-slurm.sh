@@ -16,37 +16,11 @@ set -euo pipefail
 PACKAGES=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins slurmrestd slurmdbd
           mariadb-server)
 
-missing=()
-for pkg in "${PACKAGES[@]}"; do
-    status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
-    if [[ "$status" != "install ok installed" ]]; then
-        missing+=("$pkg")
-    fi
-done
-
-if [[ ${#missing[@]} -eq 0 ]]; then
-    exit 0
-fi
-
+# Not fatal without root: unit tests need no Slurm, and the integration tests skip.
+source "$(dirname "$0")/apt-packages.sh"
+apt_install_missing install-slurm.sh 0 "${PACKAGES[@]}"
 if [[ $(id -u) -ne 0 ]]; then
-    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-        exec sudo -n "$0" "$@"
-    fi
-    # Not fatal: unit tests need no Slurm, and the integration tests skip without root.
-    echo "install-slurm.sh: not root and no passwordless sudo; not installing ${missing[*]}" >&2
     exit 0
-fi
-
-echo "install-slurm.sh: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "install-slurm.sh: no apt-get here; install ${missing[*]} (Slurm 22.05+) yourself" >&2
-    exit 1
-fi
-# Update the index only when an install fails on a missing or stale index.
-if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
-    apt-get update -q >/dev/null
-    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 for tool in slurmctld slurmd sbatch squeue scontrol munged slurmdbd sacctmgr mariadbd; do
