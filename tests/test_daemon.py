@@ -551,3 +551,16 @@ def test_jobs_squeue_forgot_get_their_outcome_from_jobcomp(tmp_path: Path) -> No
     pinned = again.store.outcome_for("slurm", rotated)
     assert pinned is not None and pinned.nodes == "a100-01,a100-02"
     again.close(retire=False)
+
+
+def test_a_placed_job_slurm_has_not_started_yet_is_not_stored_again() -> None:
+    from slurm_rl.daemon.recorder import _same_decision
+
+    argv = ("scontrol", "update", "JobId=7", "ReqNodeList=a100-1")
+    placed = ("fifo+best-fit", "place", argv, 0, None, ("a100-1",))
+    waiting = ("fifo+best-fit", "unchanged", None, None, None, ("a100-1",))
+    assert _same_decision(placed, waiting)  # Slurm holds the pin; it just has not started it
+    assert _same_decision(placed, placed)
+    assert not _same_decision(placed, waiting[:-1] + (("a100-2",),))  # other nodes: new row
+    assert not _same_decision(placed, ("multifactor+first-fit",) + waiting[1:])  # new policy
+    assert not _same_decision(None, waiting)  # first decision for the job

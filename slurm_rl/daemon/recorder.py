@@ -160,9 +160,21 @@ class StoreRecorder:
         for outcome in outcomes:
             record = action_record(outcome, reasons.get(outcome.job_id))
             signature = _signature(record, decision)
-            if self._stored.get(record.job_id) != signature:
+            if not _same_decision(self._stored.get(record.job_id), signature):
                 fresh.append((record, signature))
         return fresh
+
+
+def _same_decision(stored: Signature | None, new: Signature) -> bool:
+    """True when ``new`` repeats the stored decision: the same signature, or Slurm now holding
+    what the stored action sent (``unchanged``, same policy and nodes) — the case of a placed
+    job that Slurm has not started by the next cycle."""
+    if stored is None:
+        return False
+    if stored == new:
+        return True
+    policy, action, *_, nodes = new
+    return action == "unchanged" and (stored[0], stored[-1]) == (policy, nodes)
 
 
 def _take_batch(queue: deque[Queued], cluster: str, source: str) -> list[FinishedJob]:
