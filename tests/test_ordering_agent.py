@@ -19,7 +19,6 @@ from slurm_rl.agents.ordering.agent import (
     network_config,
     registry_scheduler,
     save_bundle,
-    scheduler_or_fallback,
 )
 from slurm_rl.agents.ordering.messages import MESSAGE_FEATURES
 from slurm_rl.agents.ordering.network import DualNetwork
@@ -145,17 +144,6 @@ def test_missing_or_broken_bundles_are_refused(tmp_path: Path) -> None:
     (tmp_path / "b" / "weights.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(BundleError, match="cannot load its weights"):
         load_bundle(tmp_path / "b")
-
-
-def test_the_daemon_falls_back_to_a_heuristic_with_one_warning(tmp_path: Path) -> None:
-    warnings: list[str] = []
-    scheduler = scheduler_or_fallback(tmp_path / "missing", SPEED, warnings.append)
-    assert scheduler.policy_id == "qssf+fastest-gpu"
-    assert len(warnings) == 1 and "falling back" in warnings[0]
-    save_bundle(tmp_path / "ok", bundle().network, {"chooser": "best-fit"})
-    loaded = scheduler_or_fallback(tmp_path / "ok", SPEED, warnings.append)
-    assert loaded.policy_id == "rl+rl-best-fit"
-    assert len(warnings) == 1
 
 
 def test_registry_names_compose_the_variants(tmp_path: Path) -> None:

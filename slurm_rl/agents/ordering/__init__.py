@@ -11,7 +11,6 @@ from slurm_rl.agents.ordering.agent import (
     load_bundle,
     registry_scheduler,
     save_bundle,
-    scheduler_or_fallback,
 )
 from slurm_rl.agents.ordering.placement import LearnedPlacement
 
@@ -25,5 +24,4 @@ __all__ = [
     "load_bundle",
     "registry_scheduler",
     "save_bundle",
-    "scheduler_or_fallback",
 ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import pickle
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -295,17 +295,3 @@ def registry_scheduler(
                                baseline_placement=placements[placement_name]())
     return build_scheduler(bundle, gpu_speed, variant="placement-only",
                            baseline_ordering=ORDERING[ordering_name]())
-
-
-def scheduler_or_fallback(
-    path: Path | str | None,
-    gpu_speed: Mapping[str, float],
-    warn: Callable[[str], None],
-) -> Scheduler:
-    """The dual agent from ``path`` (default: the shipped bundle), or QSSF + fastest-GPU when
-    the bundle cannot be used; ``warn`` gets the one-line reason. For the daemon."""
-    try:
-        return build_scheduler(load_bundle(path or default_bundle_path()), gpu_speed)
-    except BundleError as error:
-        warn(f"{error}; falling back to qssf+fastest-gpu")
-        return Scheduler(Qssf(), FastestGpuFirst(gpu_speed))
