@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 PIP_TORCH_ARGS ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv system-deps unit integration typecheck lint bench train-default clean
+.PHONY: demo test venv system-deps unit integration typecheck lint bench train-default train-no-comm clean
 
 demo: $(STAMP)
 	$(VENV)/bin/slurm-rl simulate --report reports/demo
@@ -54,6 +54,11 @@ bench: $(STAMP)
 # 2 cores).
 train-default: $(STAMP)
 	$(VENV)/bin/slurm-rl train --output policies/default
+
+# The no-communication ablation, trained as such (~9 min on 2 cores with Ray): evaluate reads it
+# with --no-comm-bundle policies/no-communication.
+train-no-comm: $(STAMP)
+	$(VENV)/bin/slurm-rl train --no-communication --output policies/no-communication
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache .mypy_cache
