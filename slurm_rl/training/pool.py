@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import multiprocessing
+import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -129,8 +130,12 @@ class _RayWorkers:
         import ray
 
         if not ray.is_initialized():
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False)
+            # RAY_ADDRESS names a running cluster (which sizes itself); else a local one.
+            if os.environ.get("RAY_ADDRESS"):
+                ray.init(log_to_driver=False, configure_logging=False)
+            else:
+                ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False)
         actor: Any = ray.remote(num_cpus=1)(EpisodeWorker)
         self._ray = ray
         self._actors: list[Any] = [actor.remote(world, threads) for _ in range(workers)]
