@@ -165,3 +165,16 @@ def compose_cluster() -> Iterator[LiveCluster]:
         set_heartbeat=set_heartbeat,
         as_user=lambda user, argv: ("runuser", "-u", user, "--", *argv),
     )
+
+
+def daemon_toml(settings: dict[str, object]) -> str:
+    """A ``[daemon]`` table with these settings (strings, numbers, lists of them)."""
+
+    def value(v: object) -> str:
+        if isinstance(v, str):
+            return f'"{v}"'
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return str(v)
+
+    return "[daemon]\n" + "".join(f"{k} = {value(v)}\n" for k, v in settings.items())

@@ -28,7 +28,7 @@ from slurm_rl.slurm.deferral import CONF_NAME, deferred_until
 from slurm_rl.slurm.scontrol import ScontrolJob
 from slurm_rl.store.models import DecisionRow
 from slurm_rl.store.repository import Store
-from tests.slurm.live import LiveCluster
+from tests.slurm.live import LiveCluster, daemon_toml
 
 pytestmark = pytest.mark.slurm
 
@@ -250,15 +250,7 @@ def _toml(site: Site, tmp_path: Path, live: LiveCluster, **values: object) -> st
         "slurm_conf": str(site.slurm_conf), "heartbeat_path": str(site.heartbeat),
         "defer_window_s": live.window_s, "slurm_timeout_s": 30.0, **values,
     }
-
-    def value(v: object) -> str:
-        if isinstance(v, str):
-            return f'"{v}"'
-        if isinstance(v, list):
-            return "[" + ", ".join(value(x) for x in v) + "]"
-        return str(v)
-
-    return "[daemon]\n" + "".join(f"{k} = {value(v)}\n" for k, v in settings.items())
+    return daemon_toml(settings)
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ import pytest
 
 from slurm_rl.slurm.deferral import deferred_until
 from tests.slurm.faults import Rig, decision_lines, fault, make_shims, shim_env
-from tests.slurm.live import LiveCluster
+from tests.slurm.live import LiveCluster, daemon_toml
 from tests.slurm.test_daemon_live import CLUSTER, REPO, _native_site
 
 pytestmark = pytest.mark.slurm
@@ -48,15 +48,7 @@ def _toml(live: LiveCluster, tmp: Path, **values: object) -> str:
         "defer_window_s": live.window_s, "slurm_timeout_s": TIMEOUT_S, "metrics_port": 0,
         **values,
     }
-
-    def value(v: object) -> str:
-        if isinstance(v, str):
-            return f'"{v}"'
-        if isinstance(v, list):
-            return "[" + ", ".join(value(x) for x in v) + "]"
-        return str(v)
-
-    return "[daemon]\n" + "".join(f"{k} = {value(v)}\n" for k, v in settings.items())
+    return daemon_toml(settings)
 
 
 @pytest.fixture
