@@ -240,7 +240,10 @@ class Decision:
     deferred (their deferral is extended, never past the actuator's cap). A pending job in
     neither list is left to the resource manager: it starts by Slurm's own priority once its
     deferral window runs out. ``scores`` holds the score behind each ranked job, aligned with
-    ``ranking``, for the audit trail (empty when there are none).
+    ``ranking``, for the audit trail (empty when there are none). ``exclusions`` names, for a
+    released job *without* a placement, nodes the resource manager must not give it (Slurm's
+    ``ExcNodeList``): when GPUs free between two decisions, Slurm's own choice then stays off
+    nodes the placement judged far too slow for it. Actuators ignore it for a placed job.
     """
 
     policy_id: str
@@ -248,8 +251,10 @@ class Decision:
     placements: Mapping[JobId, Placement] = field(default_factory=dict)
     scores: tuple[float, ...] = ()
     holds: tuple[JobId, ...] = ()
+    exclusions: Mapping[JobId, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "placements", FrozenDict(self.placements))
+        object.__setattr__(self, "exclusions", FrozenDict(self.exclusions))
         if self.scores and len(self.scores) != len(self.ranking):
             raise ValueError("scores must be empty or aligned with ranking")
