@@ -3,7 +3,9 @@
 The ordering policy scores every pending job; jobs are released highest score first. Walking
 that ranking, the placement policy proposes a node set for each job that fits in the GPUs still
 free in this decision. ``walk="strict"`` stops at the first job that does not fit (a job never
-starts before a higher-ranked one); ``walk="greedy"`` carries on down the ranking.
+starts before a higher-ranked one); ``walk="greedy"`` carries on down the ranking. A placement
+that can also exclude nodes (:class:`~slurm_rl.agents.base.ExcludingPlacement`) is asked, for
+each released job it did not place, which nodes Slurm must keep that job off.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Literal
 
 import numpy as np
 
-from slurm_rl.agents.base import OrderingPolicy, PlacementPolicy
+from slurm_rl.agents.base import ExcludingPlacement, OrderingPolicy, PlacementPolicy
 from slurm_rl.core import ClusterSnapshot, Decision, Job, JobId, Placement
 
 Walk = Literal["strict", "greedy"]
@@ -52,7 +54,9 @@ class Scheduler:
         jobs = [snapshot.pending[i] for i in order]
         ranking = tuple(map(_job_id, jobs))
         placements = self._place(snapshot, jobs)
-        return Decision(self.policy_id, ranking, placements, tuple(scores[order].tolist()))
+        exclusions = self._exclusions(snapshot, jobs, placements)
+        return Decision(self.policy_id, ranking, placements, tuple(scores[order].tolist()),
+                        exclusions=exclusions)
 
     def _place(self, snapshot: ClusterSnapshot, jobs: list[Job]) -> dict[JobId, Placement]:
         free = list(snapshot.free_gpus)
@@ -74,6 +78,21 @@ class Scheduler:
                 free[cluster.index(name)] -= gpus
             available -= placement.num_gpus
         return placements
+
+
+    def _exclusions(
+        self, snapshot: ClusterSnapshot, jobs: list[Job], placements: dict[JobId, Placement]
+    ) -> dict[JobId, tuple[str, ...]]:
+        """For released jobs left without a node set, the nodes Slurm must keep them off."""
+        if not isinstance(self.placement, ExcludingPlacement):
+            return {}
+        found: dict[JobId, tuple[str, ...]] = {}
+        for job in jobs:
+            if job.job_id not in placements:
+                nodes = self.placement.exclusions(job, snapshot)
+                if nodes:
+                    found[job.job_id] = nodes
+        return found
 
 
 def top_k_order(scores: np.ndarray, k: int) -> list[int]:

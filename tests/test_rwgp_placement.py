@@ -66,7 +66,7 @@ def test_avoids_a_machine_it_has_learned_is_slow() -> None:
 
 def test_candidates_consolidated_first_then_spread_with_features() -> None:
     cluster = mixed_cluster()
-    policy = RwgpPlacement(SPEED)
+    policy = RwgpPlacement(SPEED, PlacementConfig(exclusion_ratio=0.0))  # offer every set
     view = taught(policy, cluster, {"v100-2": 0.5})
     free = [6, 6, 6, 6, 0, 0, 4, 4]
     found = policy.candidates(Job("j", 0.0, 6, model_family="bert"), free, view)

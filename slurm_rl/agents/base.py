@@ -47,3 +47,14 @@ class PlacementPolicy(Protocol):
         """A placement using only ``free_gpus`` (indexed like ``snapshot.cluster.nodes``),
         satisfying the job's shape and GPU-type constraint, or ``None`` if none fits now."""
         ...
+
+
+@runtime_checkable
+class ExcludingPlacement(PlacementPolicy, Protocol):
+    """A placement that also names nodes the resource manager must keep a job off when the
+    job is released without a node set (Slurm's ``ExcNodeList``): what it would rather wait
+    than run on, should GPUs free between two decisions."""
+
+    def exclusions(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, ...]:
+        """Names of nodes ``job`` must not start on (empty: no constraint)."""
+        ...

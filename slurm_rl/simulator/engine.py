@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -435,10 +435,27 @@ class Simulation:
             for job_id, placement in decision.placements.items()
             if job_id in self._pending and self._pinnable(job_id, placement)
         }
-        self._slurm.set_levers(decision.ranking, pins)
+        self._slurm.set_levers(decision.ranking, pins, self._exclusions(decision, pins))
         self._hold(decision.holds)
         self._slurm_dirty = True
         self._slurm_pass()
+
+    def _exclusions(
+        self, decision: Decision, pins: Mapping[JobId, Placement]
+    ) -> dict[JobId, frozenset[int]]:
+        """Node indices each released, unpinned job is kept off (Slurm's ExcNodeList). One
+        that would leave the job too few GPUs to ever start is refused, as live."""
+        kept: dict[JobId, frozenset[int]] = {}
+        for job_id, names in decision.exclusions.items():
+            job = self._pending.get(job_id)
+            if job is None or job_id in pins:
+                continue
+            excluded = frozenset(self.cluster.index(n) for n in names if self.cluster.has_node(n))
+            if _capacity_outside(job, excluded, self.cluster) >= job.num_gpus:
+                kept[job_id] = excluded
+            else:
+                self.rejected_actions += 1
+        return kept
 
     def _pinnable(self, job_id: JobId, placement: Placement) -> bool:
         if valid_pin(self._pending[job_id], placement, self.cluster):
@@ -501,6 +518,16 @@ class _ArrivalColumns:
             time_limit=self.all.time_limit[rows],
             oracle_duration=self.all.oracle_duration[rows],
         )
+
+
+def _capacity_outside(job: Job, excluded: frozenset[int], cluster: Cluster) -> int:
+    """GPUs of the job's type (any, if it names none) on nodes it is not excluded from."""
+    wanted = job.gpu_type.lower() if job.gpu_type else None
+    return sum(
+        node.gpus
+        for i, node in enumerate(cluster.nodes)
+        if i not in excluded and (wanted is None or node.gpu_type.lower() == wanted)
+    )
 
 
 def _finish_payload(payload: object) -> tuple[JobId, int]:

@@ -8,10 +8,12 @@ slurmctld 22.05 with ``sched/backfill`` would:
 * a job pinned to a node list (``ReqNodeList`` with exactly its node count) starts only there;
   while it waits, its nodes are kept from lower-priority jobs, but the rest of the partition
   goes on (``job_scheduler.c``: "don't block the entire queue/partition");
-* an unpinned job gets nodes by Slurm's own choice (first fit in node order);
+* an unpinned job gets nodes by Slurm's own choice (first fit in node order), never one of
+  the nodes it is excluded from (``ExcNodeList``);
 * the first unpinned job that cannot start gets an EASY reservation: the earliest time its
   GPUs free up, planned with the running jobs' time limits. A lower-priority job may start
   now only if its time limit ends before that reservation, or if it avoids the reserved nodes.
+  An excluded job's reservation is planned on the nodes it may use.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class QueuedJob:
     job: Job
     priority: float
     pin: Placement | None = None
+    excluded: frozenset[int] = frozenset()  # node indices (ExcNodeList); unpinned jobs only
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +135,7 @@ class _Pass:
         elif item.pin is not None:
             self._mask(item.pin)
         else:
-            self._no_room(job, key)
+            self._no_room(item, key)
 
     def _mask(self, pin: Placement) -> None:
         for name in pin.nodes:
@@ -146,15 +149,21 @@ class _Pass:
         limit = job.time_limit if job.time_limit is not None else NO_LIMIT
         return self.now + limit <= self.reservation.start
 
-    def _no_room(self, job: Job, key: tuple[int, int | None, int | None, str | None]) -> None:
-        """The job fits nowhere now: remember it, and reserve for the first such job."""
-        self.no_fit.add(key)
-        if _free_to_go_anywhere(job):
-            self.min_unfit = min(self.min_unfit, job.num_gpus)
-        elif _one_node_untyped(job):
-            self.min_share_unfit = min(self.min_share_unfit, job.num_gpus)
+    def _no_room(
+        self, item: QueuedJob, key: tuple[int, int | None, int | None, str | None]
+    ) -> None:
+        """The job fits nowhere now: remember it, and reserve for the first such job. (A job
+        kept off some nodes proves nothing about other jobs of its shape.)"""
+        job = item.job
+        if not item.excluded:
+            self.no_fit.add(key)
+            if _free_to_go_anywhere(job):
+                self.min_unfit = min(self.min_unfit, job.num_gpus)
+            elif _one_node_untyped(job):
+                self.min_share_unfit = min(self.min_share_unfit, job.num_gpus)
         if self.reservation is None:
-            self.reservation = _reserve(self.now, job, self.free, self.running(), self.cluster)
+            self.reservation = _reserve(self.now, job, self.free, self.running(), self.cluster,
+                                        item.excluded)
 
     def _around_reservation(
         self, item: QueuedJob, key: tuple[int, int | None, int | None, str | None]
@@ -173,6 +182,8 @@ class _Pass:
             return
         placement = _avoid_reserved(item, self.free, self.masked, self.reservation, self.cluster)
         if placement is None:
+            if item.excluded:
+                return
             self.no_detour.add(key)
             if _free_to_go_anywhere(item.job):
                 self.min_no_detour = min(self.min_no_detour, item.job.num_gpus)
@@ -200,8 +211,8 @@ def _try(
 ) -> Placement | None:
     if item.pin is not None:
         return _pinned_fits(item.pin, free_gpus, masked, cluster)
-    if masked:
-        order = [i for i in order if i not in masked]
+    if masked or item.excluded:
+        order = [i for i in order if i not in masked and i not in item.excluded]
     return place_in_order(item.job, cluster, free_gpus, order)
 
 
@@ -237,7 +248,7 @@ def _avoid_reserved(
     """A placement outside the reserved nodes, for a job that would otherwise delay them."""
     if item.pin is not None:
         return None
-    blocked = masked | set(reservation.gpus_by_node)
+    blocked = masked | set(reservation.gpus_by_node) | item.excluded
     order = [i for i in range(len(cluster.nodes)) if i not in blocked]
     return place_in_order(item.job, cluster, free_gpus, order)
 
@@ -248,9 +259,11 @@ def _reserve(
     free_gpus: Sequence[int],
     running: Sequence[RunningShape],
     cluster: Cluster,
+    excluded: frozenset[int] = frozenset(),
 ) -> _Reservation | None:
     """The earliest time the job fits, releasing running jobs in order of their limit ends."""
     future = list(free_gpus)
+    order = [i for i in range(len(cluster.nodes)) if i not in excluded]
     share = _largest_share(job) if job.gpu_type is None else 1
     for shape in sorted(running, key=lambda r: r.limit_end):
         if shape.limit_end == NO_LIMIT:
@@ -259,7 +272,7 @@ def _reserve(
             future[node] += gpus
         if max(future) < share or sum(future) < job.num_gpus:
             continue  # cheap necessary conditions first: most steps free too little
-        placement = place_in_order(job, cluster, future, range(len(cluster.nodes)))
+        placement = place_in_order(job, cluster, future, order)
         if placement is not None:
             pairs = zip(placement.nodes, placement.gpus, strict=True)
             nodes = {cluster.index(n): g for n, g in pairs}
@@ -294,10 +307,20 @@ class SlurmJobState:
     ranking: tuple[JobId, ...] = ()
     released: frozenset[JobId] = frozenset()
     pins: Mapping[JobId, Placement] = field(default_factory=dict)
+    exclusions: Mapping[JobId, frozenset[int]] = field(default_factory=dict)
     eligible_at: dict[JobId, float] = field(default_factory=dict)
 
-    def set_levers(self, ranking: tuple[JobId, ...], pins: Mapping[JobId, Placement]) -> None:
+    def set_levers(
+        self,
+        ranking: tuple[JobId, ...],
+        pins: Mapping[JobId, Placement],
+        exclusions: Mapping[JobId, frozenset[int]] | None = None,
+    ) -> None:
+        """The last decision's levers; an exclusion counts only for a job without a pin."""
         self.ranking, self.released, self.pins = ranking, frozenset(ranking), pins
+        self.exclusions = {
+            job_id: nodes for job_id, nodes in (exclusions or {}).items() if job_id not in pins
+        }
 
     def forget(self, job_id: JobId) -> None:
         self.eligible_at.pop(job_id, None)
@@ -307,7 +330,8 @@ class SlurmJobState:
         for rank, job_id in enumerate(self.ranking):
             job = pending.get(job_id)
             if job is not None:
-                yield QueuedJob(job, -rank, self.pins.get(job_id))
+                excluded = self.exclusions.get(job_id, frozenset())
+                yield QueuedJob(job, -rank, self.pins.get(job_id), excluded)
         for job_id, job in pending.items():
             if job_id not in self.released and self.eligible_at.get(job_id, 0.0) <= now:
                 yield QueuedJob(job, -math.inf)

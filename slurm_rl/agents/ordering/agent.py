@@ -218,7 +218,10 @@ def _check_schema(path: Path, meta: Mapping[str, Any]) -> None:
 def make_chooser(name: str, gpu_speed: Mapping[str, float], fee_weight: float) -> PlacementPolicy:
     """The node-set chooser inside the placement agent: the RWGP, or best-fit."""
     if name == "rwgp":
-        return RwgpPlacement(gpu_speed, PlacementConfig(fee_weight=fee_weight))
+        # Without exclusions: the bundles were trained with every node set on offer, so
+        # keeping gangs off slow nodes here would change what the head chooses among.
+        return RwgpPlacement(gpu_speed, PlacementConfig(fee_weight=fee_weight,
+                                                        exclusion_ratio=0.0))
     if name == "best-fit":
         return BestFit()
     raise BundleError(f"unknown node-set chooser {name!r}; known: {', '.join(CHOOSERS)}")

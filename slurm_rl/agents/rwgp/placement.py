@@ -31,6 +31,15 @@ The lowest score wins.
 The policy only ever returns a node set, so it works unchanged in the simulator's ``direct``
 mode (the set starts at once) and ``slurm`` mode, and live, where the actuator turns it into
 ``ReqNodeList=<the set> NumNodes=N-N``.
+
+**Exclusions.** A released job the agent could not place (no GPUs free at the decision) is
+started by Slurm's own choice when GPUs free between decisions. For a gang
+(``num_gpus ≥ exclusion_min_gpus``) the agent names the nodes Slurm must keep it off
+(``ExcNodeList``): those whose risk-adjusted pace ``v_i (E[f_i] − κ sd[f_i])`` is below
+``ρ`` times the best such pace among the nodes the job may use. A gang runs at its slowest
+member's pace, so one K80 (a seventh of an A100) or one straggler in a 16-GPU set slows all
+16; waiting for a faster node costs less. Single-GPU jobs are not excluded: in a backlog that
+would leave the slowest GPUs idle.
 """
 
 from __future__ import annotations
@@ -76,6 +85,8 @@ class PlacementConfig:
     packing_weight: float = 0.1  # η
     whole_node_weight: float = 0.1  # ζ: taking part of a node that was entirely free
     limits: Limits = field(default_factory=Limits)
+    exclusion_ratio: float = 0.25  # ρ: keep a gang off nodes under ρ × its best pace (0: off)
+    exclusion_min_gpus: int = 2  # smallest job excluded from slow nodes
     # "auto": learn from finished jobs' runtimes only while no measured speeds arrive (live)
     runtime_readings: Literal["auto", "always", "never"] = "auto"
     threads: int | None = 1  # torch threads; one is fastest when replays share the cores
@@ -134,12 +145,23 @@ class _Nodes:
     prices: list[float]
     groups: list[int]
     capacity: list[int]
+    names: tuple[str, ...]
 
     @classmethod
     def from_cluster(cls, cluster: Cluster) -> _Nodes:
         table = NodeTable.from_cluster(cluster)
         price = np.array([n.price_per_gpu_hour for n in cluster.nodes], dtype=float)
-        return cls(table, price, price.tolist(), table.group_id.tolist(), table.capacity.tolist())
+        return cls(table, price, price.tolist(), table.group_id.tolist(), table.capacity.tolist(),
+                   tuple(n.name for n in cluster.nodes))
+
+
+@dataclass(frozen=True)
+class _SlowNodes:
+    """Nodes too slow for a job class: as a mask, by name, and the GPUs left outside them."""
+
+    mask: NDArray[np.bool_]
+    names: tuple[str, ...]
+    capacity_left: int
 
 
 class RwgpPlacement:
@@ -167,6 +189,7 @@ class RwgpPlacement:
         self._nodes: _Nodes | None = None
         self._speeds: dict[str, FloatArray] = {}
         self._views: dict[str, tuple[Prediction, _NodeView]] = {}
+        self._slow: dict[tuple[str, str | None], tuple[_NodeView, _SlowNodes]] = {}
         self._runtimes = RuntimeReference()
         self._measured = False
 
@@ -200,6 +223,7 @@ class RwgpPlacement:
         self._nodes = _Nodes.from_cluster(cluster)
         self._speeds.clear()
         self._views.clear()
+        self._slow.clear()
         return self.model
 
     # ----- deciding --------------------------------------------------------------------
@@ -212,6 +236,39 @@ class RwgpPlacement:
             return None
         best, _ = min(scored, key=lambda pair: pair[1].score)
         return self._placement(best, snapshot.cluster)
+
+    def exclusions(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, ...]:
+        """Nodes Slurm must keep ``job`` off if it starts it (module docstring)."""
+        view = self._view(self._model_for(snapshot.cluster), job.model_family)
+        slow = self._too_slow(job, view)
+        return () if slow is None else slow.names
+
+    def _too_slow(self, job: Job, view: _NodeView) -> _SlowNodes | None:
+        """The nodes too slow for ``job`` (module docstring); None when it is no gang, none
+        is, or the rest could never hold it."""
+        config = self.config
+        if config.exclusion_ratio <= 0 or job.num_gpus < config.exclusion_min_gpus:
+            return None
+        key = (job.model_family, job.gpu_type)
+        cached = self._slow.get(key)
+        if cached is None or cached[0] is not view:
+            cached = (view, self._slow_nodes(view.pace, job.gpu_type))
+            self._slow[key] = cached
+        slow = cached[1]
+        return slow if slow.names and slow.capacity_left >= job.num_gpus else None
+
+    def _slow_nodes(self, pace: FloatArray, gpu_type: str | None) -> _SlowNodes:
+        assert self._nodes is not None
+        table = self._nodes.table
+        usable = np.ones(len(pace), dtype=bool)
+        if gpu_type:
+            wanted = np.array([name == gpu_type.lower() for name in table.type_names])
+            usable = wanted[table.type_id]
+        if not usable.any():
+            return _SlowNodes(usable, (), 0)
+        slow = usable & (pace < self.config.exclusion_ratio * pace[usable].max())
+        names = tuple(self._nodes.names[i] for i in np.flatnonzero(slow))
+        return _SlowNodes(slow, names, int(table.capacity[usable & ~slow].sum()))
 
     def candidates(
         self, job: Job, free_gpus: Sequence[int], snapshot: ClusterSnapshot
@@ -286,6 +343,9 @@ class RwgpPlacement:
             wanted = job.gpu_type.lower()
             allowed = np.array([name == wanted for name in self._nodes.table.type_names])
             cost = np.where(allowed[self._nodes.table.type_id], cost, np.inf)
+        slow = self._too_slow(job, view)
+        if slow is not None:
+            cost = np.where(slow.mask, np.inf, cost)  # it waits for a faster node instead
         return cost
 
     def _shape(self, family: str, gpus: tuple[int, ...], cross: bool) -> float:

@@ -1,0 +1,123 @@
+"""Exclusions (Slurm's ExcNodeList) for released jobs without a node set: the emulated
+slurmctld keeps them off those nodes, the scheduler asks the placement for them, and RWGP
+names the nodes far too slow for a gang."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_rl.agents.ordering_baselines import Fifo
+from slurm_rl.agents.placement_baselines import FirstFit
+from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
+from slurm_rl.core import Cluster, ClusterSnapshot, Decision, Job, Node, Placement
+from slurm_rl.loop import run_loop
+from slurm_rl.scheduler import Scheduler
+from slurm_rl.simulator.world import SimActuator, TraceSource
+from tests.sim_doubles import job, simulation
+
+A100S = Placement(("a100-0", "a100-1"), (8, 8))
+V100S = ("v100-0", "v100-1")
+
+
+class Scripted:
+    """Releases every pending job in a fixed order with fixed pins and exclusions."""
+
+    def __init__(self, order, pins=None, exclusions=None):
+        self.order, self.pins, self.exclusions = order, pins or {}, exclusions or {}
+
+    def decide(self, snapshot):
+        pending = {j.job_id for j in snapshot.pending}
+        ranking = tuple(j for j in self.order if j in pending)
+        pins = {j: p for j, p in self.pins.items() if j in pending}
+        exclusions = {j: n for j, n in self.exclusions.items() if j in pending}
+        return Decision("scripted", ranking, pins, exclusions=exclusions)
+
+
+def replay(jobs, scheduler):
+    sim = simulation(jobs, mode="slurm", cycle_s=10.0)
+    run_loop(TraceSource(sim), scheduler, SimActuator(sim))
+    return sim, {o.job.job_id: o for o in sim.outcomes}
+
+
+def test_an_excluded_gang_waits_for_its_nodes_instead_of_starting_on_the_excluded_ones():
+    jobs = [job("hog", 0.0, 16, 1000.0), job("gang", 20.0, 8, 100.0)]
+    pins = {"hog": A100S}
+    _, free_choice = replay(jobs, Scripted(["hog", "gang"], pins))
+    assert set(free_choice["gang"].nodes) == set(V100S)  # Slurm's first fit, at once
+    _, kept_off = replay(jobs, Scripted(["hog", "gang"], pins, {"gang": V100S}))
+    assert kept_off["gang"].start == pytest.approx(kept_off["hog"].end)
+    assert not set(kept_off["gang"].nodes) & set(V100S)
+
+
+def test_an_exclusion_says_nothing_about_other_jobs_of_the_same_shape():
+    jobs = [job("hog", 0.0, 16, 1000.0), job("kept", 20.0, 8, 100.0), job("free", 20.0, 8, 100.0)]
+    scripted = Scripted(["hog", "kept", "free"], {"hog": A100S}, {"kept": V100S})
+    _, outcomes = replay(jobs, scripted)
+    assert outcomes["free"].start == pytest.approx(20.0)  # in the same pass, on the V100s
+    assert set(outcomes["free"].nodes) == set(V100S)
+
+
+def test_an_exclusion_that_would_strand_the_job_is_refused():
+    jobs = [job("typed", 0.0, 4, 100.0, gpu_type="V100")]
+    sim, outcomes = replay(jobs, Scripted(["typed"], exclusions={"typed": V100S}))
+    assert sim.rejected_actions >= 1
+    assert set(outcomes["typed"].nodes) <= set(V100S)
+
+
+def test_a_pinned_job_ignores_its_exclusion():
+    jobs = [job("pinned", 0.0, 4, 100.0)]
+    pin = {"pinned": Placement(("v100-0",), (4,))}
+    _, outcomes = replay(jobs, Scripted(["pinned"], pin, {"pinned": ("v100-0",)}))
+    assert outcomes["pinned"].nodes == ("v100-0",)
+
+
+# ----- who asks, and what RWGP names ----------------------------------------------------
+
+
+def mixed_cluster() -> Cluster:
+    nodes = (Node("a100-0", "A100", 8, "g", 4.0), Node("v100-0", "V100", 8, "g", 2.0),
+             Node("k80-0", "K80", 8, "g", 0.5), Node("k80-1", "K80", 8, "g", 0.5))
+    return Cluster("mixed", nodes)
+
+
+SPEEDS = {"A100": 1.6, "V100": 1.0, "K80": 0.2}
+
+
+def snapshot_of(cluster: Cluster, pending: tuple[Job, ...], free: tuple[int, ...]):
+    return ClusterSnapshot(0.0, cluster, free, pending)
+
+
+def test_rwgp_keeps_gangs_off_nodes_far_slower_than_their_best_but_not_single_gpu_jobs():
+    cluster = mixed_cluster()
+    rwgp = RwgpPlacement(SPEEDS)
+    snapshot = snapshot_of(cluster, (), (0, 0, 0, 0))
+    rwgp.observe(snapshot)
+    assert rwgp.exclusions(job("gang", 0.0, 2, 10.0), snapshot) == ("k80-0", "k80-1")
+    assert rwgp.exclusions(job("one", 0.0, 1, 10.0), snapshot) == ()
+    assert rwgp.exclusions(job("k80", 0.0, 2, 10.0, gpu_type="K80"), snapshot) == ()
+    off = RwgpPlacement(SPEEDS, PlacementConfig(exclusion_ratio=0.0))
+    off.observe(snapshot)
+    assert off.exclusions(job("gang", 0.0, 2, 10.0), snapshot) == ()
+
+
+def test_the_scheduler_asks_for_exclusions_only_for_jobs_it_did_not_place():
+    cluster = mixed_cluster()
+    pending = (job("placed", 0.0, 2, 10.0), job("waiting", 0.0, 8, 10.0))
+    snapshot = snapshot_of(cluster, pending, (2, 0, 0, 0))
+    decision = Scheduler(Fifo(), RwgpPlacement(SPEEDS)).decide(snapshot)
+    assert set(decision.placements) == {"placed"}
+    assert dict(decision.exclusions) == {"waiting": ("k80-0", "k80-1")}
+    assert Scheduler(Fifo(), FirstFit()).decide(snapshot).exclusions == {}
+
+
+def test_rwgp_does_not_pin_a_gang_where_it_would_keep_slurm_from_starting_it():
+    cluster = mixed_cluster()
+    rwgp = RwgpPlacement(SPEEDS)
+    only_k80_free = (0, 0, 8, 8)
+    snapshot = snapshot_of(cluster, (), only_k80_free)
+    rwgp.observe(snapshot)
+    assert rwgp.place(job("gang", 0.0, 2, 10.0), only_k80_free, snapshot) is None
+    single = rwgp.place(job("one", 0.0, 1, 10.0), only_k80_free, snapshot)
+    assert single is not None and single.nodes[0].startswith("k80")
+    whole = job("whole", 0.0, 24, 10.0)  # the rest could never hold it: nothing is excluded
+    assert rwgp.exclusions(whole, snapshot) == ()
