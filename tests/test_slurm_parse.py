@@ -245,6 +245,11 @@ def _mutated(mutate: object) -> str:
         (lambda d: d["jobs"][0].__setitem__("job_state", "WEIRD"), "unknown job state 'WEIRD'"),
         (lambda d: d["jobs"][0].pop("job_id"), "job #0: field missing"),
         (lambda d: d["jobs"][1].__setitem__("nodes", "a100-[01-"), "bad node list"),
+        (
+            lambda d: d["jobs"][1].__setitem__("excluded_nodes", "v100-[02-"),
+            "column 'excluded_nodes': job 2: bad node list",
+        ),
+        (lambda d: d["jobs"][1].__setitem__("excluded_nodes", 7), "expected text"),
         (lambda d: d["jobs"][2].__setitem__("tres_per_node", "gres:gpu:a100:x:y"), "not a number"),
         (lambda d: d["jobs"][2].__setitem__("submit_time", "yesterday"), "expected a number"),
         (lambda d: d.pop("meta"), "missing 'meta'"),
@@ -348,3 +353,25 @@ def test_scontrol_record_without_job_id_is_an_error() -> None:
         parse_jobs_text("Priority=5 JobState=PENDING")
     with pytest.raises(SlurmOutputError, match="no Gres field"):
         parse_nodes_text("NodeName=x State=IDLE")
+
+
+def test_excluded_nodes_are_read_from_json_and_text() -> None:
+    doc = json.loads(fixture_text("22.05", "squeue.json"))
+    doc["jobs"][1]["excluded_nodes"] = "a100-[01-02],v100-04"
+    jobs = parse_jobs(json.dumps(doc)).jobs
+    assert jobs[1].excluded_nodes == ("a100-01", "a100-02", "v100-04")
+    assert all(job.excluded_nodes == () for i, job in enumerate(jobs) if i != 1)
+    for version in ("23.11", "24.11"):  # later layouts name the field the same
+        later = parse_jobs(fixture_text(version, "squeue.json")).jobs
+        assert all(j.excluded_nodes == () for j in later)
+    (text_job,) = parse_jobs_text("JobId=7 JobState=PENDING ExcNodeList=a100-[03-04]")
+    assert text_job.excluded_nodes == ("a100-03", "a100-04")
+    recorded = parse_jobs_text(fixture_text("22.05", "scontrol_show_job.txt"))
+    assert {j.excluded_nodes for j in recorded} == {()}  # ExcNodeList=(null)
+
+
+def test_a_bad_exclude_list_in_scontrol_text_names_the_field() -> None:
+    with pytest.raises(SlurmOutputError) as caught:
+        parse_jobs_text("JobId=7 JobState=PENDING ExcNodeList=a100-[03-")
+    text = str(caught.value)
+    assert "column 'ExcNodeList'" in text and "bad node list" in text and "\n" not in text

@@ -56,6 +56,7 @@ JOB = _doc(
             "user_name": "bob",
             "partition": "gpu",
             "required_nodes": "v100-[03-04]",
+            "excluded_nodes": "a100-[01-02]",
             "nodes": "",
             "node_count": 2,
             "submit_time": 1795975898,
@@ -222,6 +223,7 @@ def test_show_job_and_show_nodes(fake: tuple[FakeRest, RestSlurmClient]) -> None
     assert job is not None
     assert (job.job_id, job.state, job.user, job.priority) == ("7", "PENDING", "bob", 1)
     assert job.required_nodes == ("v100-03", "v100-04") and job.min_nodes == 2
+    assert job.excluded_nodes == ("a100-01", "a100-02")
     assert job.start_time == 1795976498.0 and job.raw["state_reason"] == "BeginTime"
     assert client.show_job("8") is None
     (node,) = client.show_nodes()
@@ -284,3 +286,19 @@ def test_rest_body_names() -> None:
         "constraints": "c",
     }
     assert set(REST_FIELDS) >= {"ReqNodeList", "NumNodes", "StartTime", "Priority", "Comment"}
+
+
+def test_a_bad_exclude_list_from_slurmrestd_names_the_field(
+    fake: tuple[FakeRest, RestSlurmClient],
+) -> None:
+    server, client = fake
+    record = json.loads(JOB)["jobs"][0]
+    server.routes[("GET", f"{URL}/job/7")] = (200, _doc(jobs=[{**record, "excluded_nodes": "a["}]))
+    with pytest.raises(SlurmOutputError, match="column 'excluded_nodes': bad host list"):
+        client.show_job("7")
+
+
+def test_an_exclusion_and_its_clearing_become_exclude_nodes() -> None:
+    # Both were checked against slurmrestd 22.05.8: "" clears the job's ExcNodeList.
+    assert rest_body({"ExcNodeList": "a100-[01-02]"}) == {"exclude_nodes": "a100-[01-02]"}
+    assert rest_body({"ExcNodeList": ""}) == {"exclude_nodes": ""}

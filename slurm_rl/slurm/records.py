@@ -109,6 +109,8 @@ class SlurmJob:
     tasks: int | None = None
     nodes: tuple[str, ...] = ()
     required_nodes: tuple[str, ...] = ()
+    # ExcNodeList: nodes the job must not get (a user's --exclude, or the actuator's).
+    excluded_nodes: tuple[str, ...] = ()
     tres_per_node: str = ""
     tres_per_job: str = ""
     tres_per_task: str = ""

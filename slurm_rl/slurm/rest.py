@@ -311,14 +311,15 @@ def _text(record: Mapping[str, Any], key: str) -> str:
     return "" if value is None else str(value)
 
 
-def _hosts(value: object) -> tuple[str, ...]:
+def _hosts(record: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = record.get(key)
     text = "" if value is None else str(value)
     if not text or text in ("(null)", "None"):
         return ()
     try:
         return tuple(NodeSet(text))
     except NodeSetException as exc:
-        raise SlurmOutputError(f"bad host list {text!r}", path="slurmrestd") from exc
+        raise SlurmOutputError(f"bad host list {text!r}", path="slurmrestd", column=key) from exc
 
 
 def _epoch(record: Mapping[str, Any], key: str) -> float | None:
@@ -347,8 +348,9 @@ def job_from_rest(record: Mapping[str, Any]) -> ScontrolJob:
         priority=_count(record, "priority"),
         user=_text(record, "user_name"),
         partition=_text(record, "partition"),
-        required_nodes=_hosts(record.get("required_nodes")),
-        nodes=_hosts(record.get("nodes")),
+        required_nodes=_hosts(record, "required_nodes"),
+        excluded_nodes=_hosts(record, "excluded_nodes"),
+        nodes=_hosts(record, "nodes"),
         min_nodes=count,
         max_nodes=None,
         submit_time=_epoch(record, "submit_time"),

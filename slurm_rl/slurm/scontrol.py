@@ -56,13 +56,14 @@ def parse_local_time(value: str) -> float | None:
         return None
 
 
-def _hostlist(value: str, where: str) -> tuple[str, ...]:
+def _hostlist(value: str, where: str, key: str) -> tuple[str, ...]:
     if value in _UNSET:
         return ()
     try:
         return tuple(NodeSet(value))
     except NodeSetException as exc:
-        raise SlurmOutputError(f"bad node list {value!r}: {exc}", path=where) from exc
+        message = f"bad node list {value!r}: {exc}"
+        raise SlurmOutputError(message, path=where, column=key) from exc
 
 
 def _node_range(value: str) -> tuple[int | None, int | None]:
@@ -88,6 +89,7 @@ class ScontrolJob:
     user: str
     partition: str
     required_nodes: tuple[str, ...]
+    excluded_nodes: tuple[str, ...]
     nodes: tuple[str, ...]
     min_nodes: int | None
     max_nodes: int | None
@@ -111,8 +113,9 @@ def job_from_pairs(pairs: Mapping[str, str], where: str) -> ScontrolJob:
         priority=_int(pairs.get("Priority", "")),
         user=pairs.get("UserId", "").split("(")[0],
         partition=pairs.get("Partition", ""),
-        required_nodes=_hostlist(pairs.get("ReqNodeList", ""), where),
-        nodes=_hostlist(pairs.get("NodeList", ""), where),
+        required_nodes=_hostlist(pairs.get("ReqNodeList", ""), where, "ReqNodeList"),
+        excluded_nodes=_hostlist(pairs.get("ExcNodeList", ""), where, "ExcNodeList"),
+        nodes=_hostlist(pairs.get("NodeList", ""), where, "NodeList"),
         min_nodes=lo,
         max_nodes=hi,
         submit_time=parse_local_time(pairs.get("SubmitTime", "")),
