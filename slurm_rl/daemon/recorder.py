@@ -41,16 +41,19 @@ Queued = tuple[str, str, FinishedJob]  # cluster, source, job
 
 def action_record(outcome: JobOutcome, why: Mapping[str, Any] | None = None) -> ActionRecord:
     """One actuator outcome as a store row: the action, the argv, Slurm's answer, and in
-    ``details`` the values before the change (for revert) and the policy's reasons."""
+    ``details`` the values before the change (for revert), why part of the decision was not
+    applied (``note``) and the policy's reasons."""
     answer = f"{outcome.error_kind}: {outcome.error}" if outcome.error else None
-    details = {"before": dict(outcome.before)} if outcome.before else None
+    details: dict[str, Any] = {"before": dict(outcome.before)} if outcome.before else {}
+    if outcome.note:
+        details["note"] = outcome.note
     return ActionRecord(
         job_id=outcome.job_id,
         action=outcome.kind,
         argv=outcome.argv or None,
         rc=outcome.returncode,
         answer=answer,
-        details=merge(details, dict(why) if why else None),
+        details=merge(details or None, dict(why) if why else None),
     )
 
 

@@ -3,11 +3,12 @@
 Every decision row the daemon sent successfully (``slurm_rc == 0``) carries, in
 ``details["before"]``, what Slurm showed for each field before the call. For each job that
 is still pending, revert restores the value from before the daemon's *first* change since
-``T``: the node list (an empty one is cleared) and node count, the priority, and the begin
-time: a deferral is lifted (``StartTime=now``) unless the original begin time is still in the
-future. Jobs that started or ended keep what happened; they are listed as such. A job the
-job_submit plugin deferred (because the daemon's heartbeat was fresh) and that the daemon
-never touched is released too, since the deferral exists only because the daemon ran.
+``T``: the node list (an empty one is cleared) and node count, the excluded nodes
+(``ExcNodeList``; an empty one is cleared), the priority, and the begin time: a deferral is
+lifted (``StartTime=now``) unless the original begin time is still in the future. Jobs that
+started or ended keep what happened; they are listed as such. A job the job_submit plugin
+deferred (because the daemon's heartbeat was fresh) and that the daemon never touched is
+released too, since the deferral exists only because the daemon ran.
 
 A running daemon would redo its decisions at its next cycle, so revert refuses while the
 heartbeat is fresh (``--force`` to go on anyway).
@@ -16,7 +17,7 @@ heartbeat is fresh (``--force`` to go on anyway).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,7 +35,7 @@ from slurm_rl.slurm.records import SlurmJob
 from slurm_rl.store.models import CycleRow, DecisionRow
 from slurm_rl.store.repository import Store
 
-REVERTED_FIELDS = ("ReqNodeList", "NumNodes", "Priority", "StartTime")
+REVERTED_FIELDS = ("ReqNodeList", "NumNodes", "ExcNodeList", "Priority", "StartTime")
 
 
 @dataclass
@@ -98,10 +99,18 @@ def restore_fields(job: SlurmJob, before: Mapping[str, str], now: float) -> dict
         count = before.get("NumNodes", "")
         if count.isdigit():
             fields["NumNodes"] = count
+    if "ExcNodeList" in before and _node_set(job.excluded_nodes) != _node_set(
+        before["ExcNodeList"].split(",")
+    ):
+        fields["ExcNodeList"] = before["ExcNodeList"]  # empty clears it
     if before.get("Priority", "").isdigit() and str(job.priority) != before["Priority"]:
         fields["Priority"] = before["Priority"]
     fields.update(_start_time(job, before, now))
     return fields
+
+
+def _node_set(names: Sequence[str]) -> set[str]:
+    return {name for name in names if name}
 
 
 def _start_time(job: SlurmJob, before: Mapping[str, str], now: float) -> dict[str, str]:
@@ -194,8 +203,8 @@ def _describe(step: Step) -> str:
 @click.option("--force", is_flag=True, help="Go on although the daemon's heartbeat is fresh.")
 def revert_command(since: str | None, config_file: Path | None, store_url: str | None,
                    cluster: str | None, dry_run: bool, force: bool) -> None:
-    """Undo every change the daemon made in Slurm (node lists, deferrals, priorities) for
-    jobs still pending, using the audit trail in the store."""
+    """Undo every change the daemon made in Slurm (node lists, excluded nodes, deferrals,
+    priorities) for jobs still pending, using the audit trail in the store."""
     config = load(config_file, store_url)
     moment = parse_since(since)
     now = time.time()

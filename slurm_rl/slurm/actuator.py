@@ -4,8 +4,11 @@
 * ``advise`` orders only: released jobs get ``Priority`` descending along the ranking, and a
   deferral the job_submit plugin set is released with ``StartTime=now``.
 * ``enforce`` orders and places: a released job with a placement also gets
-  ``ReqNodeList=<exactly its nodes> NumNodes=N-N``; a held job's deferral is extended to
-  ``now + extension`` but never past ``submit + cap``, after which Slurm decides.
+  ``ReqNodeList=<exactly its nodes> NumNodes=N-N``, one without a placement gets the
+  decision's exclusion as ``ExcNodeList`` (under the safety rules of
+  :mod:`slurm_rl.slurm.exclusion`: never a user's own, never one that strands the job); a
+  held job's deferral is extended to ``now + extension`` but never past ``submit + cap``,
+  after which Slurm decides.
 
 Updates are skipped when Slurm already shows the wanted value, and jobs that get the same
 change share one ``scontrol update JobId=a,b,c`` call. Errors (job vanished, permission
@@ -28,6 +31,7 @@ from ClusterShell.NodeSet import NodeSet
 from slurm_rl.core import Decision, Placement
 from slurm_rl.slurm.client import SlurmClient, update_argv
 from slurm_rl.slurm.deferral import deferred_until
+from slurm_rl.slurm.exclusion import EXC, node_set, plan_exclusion, stale_exclusions
 from slurm_rl.slurm.priority import assign_priorities
 from slurm_rl.slurm.proc import CommandResult, is_unreachable
 from slurm_rl.slurm.records import SlurmJob
@@ -71,9 +75,12 @@ class Update:
 class JobOutcome:
     """What happened to one job: the action, the argv sent (if any) and Slurm's answer.
 
-    ``kind``: place, release, prioritize, defer (a call was planned); unchanged (Slurm
-    already had it); left_to_slurm (deferral cap reached); not_pending (ranked but no
-    longer pending). ``error_kind``: vanished, permission, rejected, timeout, unreachable.
+    ``kind``: place, exclude, release, prioritize, defer, unexclude (a call was planned;
+    ``exclude``: an unplaced job gets an ``ExcNodeList``, ``unexclude``: only the
+    actuator's own ``ExcNodeList`` is cleared); unchanged (Slurm already had it);
+    left_to_slurm (deferral cap reached); not_pending (ranked but no longer pending).
+    ``error_kind``: vanished, permission, rejected, timeout, unreachable. ``note``: why part
+    of the decision was not applied (e.g. a user's own ``--exclude`` left alone).
     """
 
     job_id: str
@@ -85,6 +92,7 @@ class JobOutcome:
     error_kind: str = ""
     # What Slurm showed for each field the call changes, before it (for ``slurm-rl revert``).
     before: tuple[tuple[str, str], ...] = ()
+    note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -116,18 +124,19 @@ def is_ours_to_release(job: SlurmJob, deferred_by_us: set[str]) -> bool:
     return deferred_until(job.admin_comment) is not None or job.job_id in deferred_by_us
 
 
-def _release_fields(
-    job: SlurmJob,
-    priority: int | None,
-    placement: Placement | None,
-    now: float,
-    ours: bool,
-) -> dict[str, str]:
+def _placement_fields(job: SlurmJob, placement: Placement | None) -> dict[str, str]:
     fields: dict[str, str] = {}
     if placement is not None and set(job.required_nodes) != set(placement.nodes):
         fields["ReqNodeList"] = str(NodeSet.fromlist(placement.nodes))
         count = placement.num_nodes
         fields["NumNodes"] = f"{count}-{count}"
+    return fields
+
+
+def _release_fields(
+    job: SlurmJob, priority: int | None, now: float, ours: bool
+) -> dict[str, str]:
+    fields: dict[str, str] = {}
     if priority is not None and job.priority != priority:
         fields["Priority"] = str(priority)
     if ours and job.eligible_time is not None and job.eligible_time > now:
@@ -138,7 +147,11 @@ def _release_fields(
 def _release_kind(fields: Mapping[str, str]) -> str:
     if "ReqNodeList" in fields:
         return "place"
-    return "release" if "StartTime" in fields else "prioritize"
+    if fields.get(EXC):
+        return "exclude"
+    if "StartTime" in fields:
+        return "release"
+    return "prioritize" if "Priority" in fields else "unexclude"
 
 
 def _hold_target(job: SlurmJob, now: float, config: ActuatorConfig) -> float | None:
@@ -153,6 +166,15 @@ def _hold_target(job: SlurmJob, now: float, config: ActuatorConfig) -> float | N
 class _Plan:
     updates: list[Update]
     outcomes: dict[str, JobOutcome]
+    notes: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Memory:
+    """What this actuator itself set, by job id (so it never touches a user's values)."""
+
+    deferred: set[str]
+    excluded: Mapping[str, frozenset[str]]
 
 
 def _merge(updates: Sequence[Update]) -> list[Update]:
@@ -168,45 +190,79 @@ def plan(
     state: SlurmState,
     config: ActuatorConfig,
     deferred_by_us: set[str],
+    excluded_by_us: Mapping[str, frozenset[str]] | None = None,
 ) -> _Plan:
     """What to send for ``decision`` given what Slurm shows now (no side effects)."""
     placing = config.mode in (Mode.ENFORCE, Mode.SHADOW)
+    memory = _Memory(deferred_by_us, excluded_by_us or {})
     pending = {j.job_id: j for j in state.managed.values() if j.is_pending}
-    outcomes: dict[str, JobOutcome] = {
+    planned = _Plan([], {
         job_id: JobOutcome(job_id, "not_pending")
         for job_id in decision.ranking
         if job_id not in pending
-    }
+    })
     ranked = [pending[job_id] for job_id in decision.ranking if job_id in pending]
-    placements = decision.placements if placing else {}
-    updates = _release_updates(ranked, placements, state.time, config, deferred_by_us, outcomes)
+    extra = _placing_fields(decision, ranked, state, memory, planned.notes) if placing else {}
+    _release_updates(ranked, extra, state.time, config, memory, planned)
     if placing:
+        # Jobs no longer released keep no exclusion of ours (cleared with a deferral, if any).
+        released = set(decision.ranking)
+        unranked = [job for job_id, job in pending.items() if job_id not in released]
+        stale = stale_exclusions(unranked, memory.excluded)
         held = [pending[job_id] for job_id in decision.holds if job_id in pending]
-        updates.extend(_hold_updates(held, state.time, config, deferred_by_us, outcomes))
-    return _Plan(_merge(updates), outcomes)
+        _hold_updates(held, state.time, config, memory.deferred, planned, stale)
+        for job_id in stale:
+            planned.updates.append(Update("unexclude", (job_id,), ((EXC, ""),)))
+    planned.updates = _merge(planned.updates)
+    return planned
+
+
+def _placing_fields(
+    decision: Decision,
+    ranked: Sequence[SlurmJob],
+    state: SlurmState,
+    memory: _Memory,
+    notes: dict[str, str],
+) -> dict[str, dict[str, str]]:
+    """Per released job, the placement and ExcNodeList fields (enforce and shadow only)."""
+    out: dict[str, dict[str, str]] = {}
+    for job in ranked:
+        step = plan_exclusion(
+            job,
+            decision.placements.get(job.job_id),
+            decision.exclusions.get(job.job_id, ()),
+            memory.excluded.get(job.job_id),
+            state.nodes.nodes,
+        )
+        fields = _placement_fields(job, step.placement)
+        fields.update(step.fields)
+        out[job.job_id] = fields
+        if step.note:
+            notes[job.job_id] = step.note
+    return out
 
 
 def _release_updates(
     ranked: Sequence[SlurmJob],
-    placements: Mapping[str, Placement],
+    placing: Mapping[str, Mapping[str, str]],
     now: float,
     config: ActuatorConfig,
-    deferred_by_us: set[str],
-    outcomes: dict[str, JobOutcome],
-) -> list[Update]:
-    """Priority (and placement, release) for the released jobs, highest first."""
+    memory: _Memory,
+    planned: _Plan,
+) -> None:
+    """Priority (and placement, exclusion, release) for the released jobs, highest first."""
     current = {job.job_id: job.priority for job in ranked}
     priorities = assign_priorities([j.job_id for j in ranked], current, config.priority_floor)
-    updates: list[Update] = []
     for job in ranked:
-        ours = is_ours_to_release(job, deferred_by_us)
-        placement = placements.get(job.job_id)
-        fields = _release_fields(job, priorities[job.job_id], placement, now, ours)
+        ours = is_ours_to_release(job, memory.deferred)
+        fields = dict(placing.get(job.job_id, {}))
+        fields.update(_release_fields(job, priorities[job.job_id], now, ours))
         if fields:
-            updates.append(Update(_release_kind(fields), (job.job_id,), tuple(fields.items())))
+            update = Update(_release_kind(fields), (job.job_id,), tuple(fields.items()))
+            planned.updates.append(update)
         else:
-            outcomes[job.job_id] = JobOutcome(job.job_id, "unchanged")
-    return updates
+            note = planned.notes.get(job.job_id, "")
+            planned.outcomes[job.job_id] = JobOutcome(job.job_id, "unchanged", note=note)
 
 
 def _hold_updates(
@@ -214,9 +270,12 @@ def _hold_updates(
     now: float,
     config: ActuatorConfig,
     deferred_by_us: set[str],
-    outcomes: dict[str, JobOutcome],
-) -> list[Update]:
-    updates: list[Update] = []
+    planned: _Plan,
+    stale: list[str],
+) -> None:
+    """Extend the deferrals of held jobs; a deferred job in ``stale`` also has the
+    actuator's exclusion cleared in the same call (and leaves ``stale``)."""
+    outcomes, updates = planned.outcomes, planned.updates
     for job in sorted(held, key=lambda j: numeric_id(j.job_id)):
         if not is_ours_to_release(job, deferred_by_us):
             continue  # a user's own --begin, or submitted while the daemon was down
@@ -228,9 +287,11 @@ def _hold_updates(
         if eligible >= min(now + config.renew_margin_s, target):
             outcomes[job.job_id] = JobOutcome(job.job_id, "unchanged")
             continue
-        fields = (("StartTime", slurm_time(target)),)
+        fields: tuple[tuple[str, str], ...] = (("StartTime", slurm_time(target)),)
+        if job.job_id in stale:
+            stale.remove(job.job_id)
+            fields += ((EXC, ""),)
         updates.append(Update("defer", (job.job_id,), fields))
-    return updates
 
 
 # -- Slurm's answers ----------------------------------------------------------------------
@@ -297,6 +358,8 @@ class SlurmActuator:
         self.source = source
         self.clock = clock
         self._deferred_by_us: set[str] = set()
+        # The ExcNodeList this actuator last set, by job; only these it may change or clear.
+        self._excluded_by_us: dict[str, frozenset[str]] = {}
 
     @property
     def mode(self) -> Mode:
@@ -305,7 +368,8 @@ class SlurmActuator:
     def apply(self, decision: Decision, state: SlurmState | None = None) -> ActuationReport:
         state = state or self._current_state()
         self._deferred_by_us &= set(state.managed)
-        planned = plan(decision, state, self.config, self._deferred_by_us)
+        self._forget_exclusions(state)
+        planned = plan(decision, state, self.config, self._deferred_by_us, self._excluded_by_us)
         outcomes = dict(planned.outcomes)
         commands: list[CommandResult] = []
         for update in planned.updates:
@@ -314,8 +378,9 @@ class SlurmActuator:
                 commands.append(result)
             for outcome in outcomes_for(update, result):
                 outcome = _with_before(outcome, update, state.job(outcome.job_id))
+                outcome = dataclasses.replace(outcome, note=planned.notes.get(outcome.job_id, ""))
                 outcomes[outcome.job_id] = outcome
-                self._remember(outcome)
+                self._remember(outcome, update)
         ordered = tuple(outcomes[j] for j in sorted(outcomes, key=_order_key(decision)))
         return ActuationReport(self.mode, state.time, decision.policy_id, ordered, tuple(commands))
 
@@ -340,9 +405,24 @@ class SlurmActuator:
         )
         return result
 
-    def _remember(self, outcome: JobOutcome) -> None:
-        if outcome.kind == "defer" and outcome.sent and outcome.ok:
+    def _remember(self, outcome: JobOutcome, update: Update) -> None:
+        if not (outcome.sent and outcome.ok):
+            return
+        if outcome.kind == "defer":
             self._deferred_by_us.add(outcome.job_id)
+        fields = dict(update.fields)
+        if EXC in fields:
+            if fields[EXC]:
+                self._excluded_by_us[outcome.job_id] = node_set(fields[EXC])
+            else:
+                self._excluded_by_us.pop(outcome.job_id, None)
+
+    def _forget_exclusions(self, state: SlurmState) -> None:
+        """Drop jobs that left, and exclusions someone else has changed since (now theirs)."""
+        for job_id, nodes in list(self._excluded_by_us.items()):
+            job = state.job(job_id)
+            if job is None or (job.excluded_nodes and frozenset(job.excluded_nodes) != nodes):
+                del self._excluded_by_us[job_id]
 
 
 def before_values(job: SlurmJob, fields: Sequence[str]) -> tuple[tuple[str, str], ...]:
@@ -353,6 +433,7 @@ def before_values(job: SlurmJob, fields: Sequence[str]) -> tuple[tuple[str, str]
         "NumNodes": str(job.node_count) if job.node_count else "",
         "Priority": str(job.priority) if job.priority is not None else "",
         "StartTime": f"{job.eligible_time:.0f}" if job.eligible_time else "",
+        EXC: ",".join(job.excluded_nodes),
     }
     return tuple((name, current.get(name, "")) for name in fields)
 
