@@ -1,0 +1,59 @@
+"""``Decision.exclusions`` against a real Slurm: ``ExcNodeList`` steers where Slurm starts a
+released job, a user's own ``--exclude`` is left alone, a later pin clears the actuator's
+exclusion in the same update, and revert restores the list from before."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_rl.core import Decision, Placement
+from slurm_rl.ops.revert import Change, revert
+from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
+from slurm_rl.slurm.source import SlurmSource
+from tests.slurm.live import LiveCluster
+from tests.slurm.test_live import SCHED_SLACK_S, _nodes
+
+pytestmark = pytest.mark.slurm
+
+
+def test_exclusions_steer_slurm_and_leave_a_users_exclude_alone(live: LiveCluster) -> None:
+    ours = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10")  # deferred by the plugin
+    source = SlurmSource(live.client)
+    a100, v100 = _nodes(source.snapshot(), "a100"), _nodes(source.snapshot(), "v100")
+    theirs = live.sbatch("bob", "--gres=gpu:v100:1", "-t", "10", f"--exclude={v100[0]}")
+    # A user's own --begin: released by nobody, so it stays pending for the later steps.
+    kept = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", "--begin=now+300")
+    source.snapshot()
+    actuator = SlurmActuator(live.client, ActuatorConfig(mode=Mode.ENFORCE), source=source)
+    # Slurm fills the lowest-named nodes first: leave it only the last a100 node.
+    exclusions = {ours: tuple(a100[:-1]), theirs: (v100[1],), kept: (a100[0],)}
+    report = actuator.apply(Decision("test", (ours, theirs, kept), exclusions=exclusions))
+    by_job = {o.job_id: o for o in report.outcomes}
+    assert all(o.sent and o.ok for o in report.outcomes), report.outcomes
+    assert (by_job[ours].kind, by_job[kept].kind, by_job[theirs].kind) == (
+        "exclude", "exclude", "release")
+    assert f"ExcNodeList={v100[0]} was not set by slurm-rl: left alone" in by_job[theirs].note
+
+    started = live.wait_state(ours, "RUNNING", timeout_s=SCHED_SLACK_S)
+    assert started.nodes == (a100[-1],) and started.excluded_nodes == tuple(a100[:-1])
+    other = live.wait_state(theirs, "RUNNING", timeout_s=SCHED_SLACK_S)
+    assert other.excluded_nodes == (v100[0],) and v100[0] not in other.nodes
+
+    assert live.job(kept).excluded_nodes == (a100[0],)
+    before = dict(by_job[kept].before)
+    assert before["ExcNodeList"] == ""
+    steps = revert(live.client, {kept: Change(kept, before)}, dry_run=False)
+    (step,) = [s for s in steps if s.job_id == kept]
+    assert step.result == "ok" and step.fields["ExcNodeList"] == ""
+    assert live.job(kept).excluded_nodes == ()
+
+    # Excluded again, then pinned inside the exclusion: the pin clears it in the same call
+    # (Slurm would otherwise keep the job pending with BadConstraints).
+    source.snapshot()
+    again = actuator.apply(Decision("test", (kept,), exclusions={kept: (a100[0],)}))
+    assert again.outcomes[0].kind == "exclude" and live.job(kept).excluded_nodes == (a100[0],)
+    source.snapshot()
+    pinned = actuator.apply(Decision("test", (kept,), {kept: Placement((a100[0],), (1,))}))
+    assert pinned.outcomes[0].kind == "place" and "ExcNodeList=" in pinned.outcomes[0].argv
+    job = live.job(kept)
+    assert (job.required_nodes, job.excluded_nodes, job.state) == ((a100[0],), (), "PENDING")
