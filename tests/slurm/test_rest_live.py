@@ -121,7 +121,8 @@ def test_show_job_and_nodes_match_the_cli(live: LiveCluster, rest: RestSlurmClie
     job_id = _pending(live, "alice")
     cli, via_rest = live.job(job_id), rest.show_job(job_id)
     assert via_rest is not None
-    same = ("job_id", "state", "reason", "priority", "user", "partition", "required_nodes")
+    same = ("job_id", "state", "reason", "priority", "user", "partition", "required_nodes",
+            "excluded_nodes")
     times = ("submit_time", "eligible_time", "start_time", "tres_per_node", "min_nodes")
     for name in (*same, *times):
         assert getattr(via_rest, name) == getattr(cli, name), name
@@ -144,6 +145,19 @@ def test_update_pins_and_releases(live: LiveCluster, rest: RestSlurmClient) -> N
     released = rest.update_jobs([job_id], {"StartTime": "now"})
     assert released.ok, released.stderr
     assert live.wait_state(job_id, "RUNNING").nodes == (node,)
+
+
+def test_update_sets_and_clears_excluded_nodes(live: LiveCluster, rest: RestSlurmClient) -> None:
+    job_id = _pending(live, REST_USER)
+    nodes = sorted(n.name for n in live.client.show_nodes() if "a100" in n.gres)[:2]
+    excluded = rest.update_jobs([job_id], {"ExcNodeList": ",".join(nodes)})
+    assert excluded.ok, excluded.stderr
+    assert live.job(job_id).excluded_nodes == tuple(nodes)
+    via_rest = rest.show_job(job_id)
+    assert via_rest is not None and via_rest.excluded_nodes == tuple(nodes)
+    cleared = rest.update_jobs([job_id], {"ExcNodeList": ""})  # exclude_nodes: ""
+    assert cleared.ok, cleared.stderr
+    assert live.job(job_id).excluded_nodes == ()
 
 
 def test_priority_from_a_non_admin_slurmrestd(live: LiveCluster, rest: RestSlurmClient) -> None:
