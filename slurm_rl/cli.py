@@ -101,6 +101,9 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 @click.option("--workers", default=None, type=click.IntRange(min=1),
               help="Parallel replays (default: number of cores).")
+@click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Replay every policy under N machine-fluctuation seeds (the spec's, +1, …) "
+                   "and print means over them; --report writes one report per replica.")
 def simulate(**options: Any) -> None:
     """Replay a trace on a simulated cluster with several policies and compare them."""
     from slurm_rl.simulate_command import run_simulate

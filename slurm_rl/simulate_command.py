@@ -81,9 +81,31 @@ def run_simulate(console: Console, **options: Any) -> list[ReplayResult]:
         skipped = ", ".join(f"{n} {reason}" for reason, n in scenario.trace.skipped.items())
         console.print(f"skipped trace rows: {skipped}", highlight=False)
     runs = [PolicyRun(name, options["seed"], fee_weight) for name in names]
+    replicas = options.get("replicas") or 1
+    if replicas > 1:
+        return _simulate_replicas(console, scenario, runs, replicas, options)
     results = replay_all(scenario, runs, options["workers"], quiet=options["as_json"])
     _emit(console, results, scenario, options)
     return results
+
+
+def _simulate_replicas(console: Console, scenario: Scenario, runs: list[PolicyRun],
+                       replicas: int, options: dict[str, Any]) -> list[ReplayResult]:
+    from slurm_rl.replicas import print_means, replicas_json, write_reports
+
+    scenarios = [scenario.replica(k) for k in range(replicas)]
+    tasks = [(s, run) for s in scenarios for run in runs]
+    flat = replay_tasks(tasks, options["workers"], quiet=options["as_json"])
+    per_replica = [flat[k * len(runs):(k + 1) * len(runs)] for k in range(replicas)]
+    if options["as_json"]:
+        print(replicas_json(per_replica, scenarios))
+    else:
+        print_means(per_replica, scenarios, console)
+    if options["report_dir"] is not None:
+        path = write_reports(per_replica, scenarios, options["report_dir"])
+        if not options["as_json"]:
+            console.print(f"reports: {path.parent}")
+    return flat
 
 
 def _note_fee_weight(console: Console, names: list[str], fee_weight: float) -> None:
@@ -115,12 +137,19 @@ def replay_all(
     scenario: Scenario, runs: Sequence[PolicyRun], workers: int | None, *, quiet: bool = False
 ) -> list[ReplayResult]:
     """Replays in parallel processes, with one progress bar over all decision cycles."""
-    workers = min(len(runs), workers or os.cpu_count() or 1)
+    return replay_tasks([(scenario, run) for run in runs], workers, quiet=quiet)
+
+
+def replay_tasks(
+    tasks: Sequence[tuple[Scenario, PolicyRun]], workers: int | None, *, quiet: bool = False
+) -> list[ReplayResult]:
+    """Each (scenario, policy) pair replayed in parallel processes, results in order."""
+    workers = min(len(tasks), workers or os.cpu_count() or 1)
     context = multiprocessing.get_context("fork")
     counter = context.Value("q", 0)
     with ProcessPoolExecutor(workers, context, _init_worker, (counter,)) as pool:
-        futures = [pool.submit(_replay_one, scenario, run) for run in runs]
-        _show_progress(futures, counter, scenario, len(runs), quiet)
+        futures = [pool.submit(_replay_one, scenario, run) for scenario, run in tasks]
+        _show_progress(futures, counter, len(tasks), quiet)
         return [future.result() for future in futures]
 
 
@@ -140,12 +169,12 @@ def _replay_one(scenario: Scenario, run: PolicyRun) -> ReplayResult:
     return replay(scenario, scheduler, policy_id=run.name, on_cycle=_tick)
 
 
-def _show_progress(futures: list[Future[ReplayResult]], counter: Any, scenario: Scenario,
-                   runs: int, quiet: bool) -> None:
+def _show_progress(futures: list[Future[ReplayResult]], counter: Any, runs: int,
+                   quiet: bool) -> None:
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[done]}"),
                TimeElapsedColumn())
     with Progress(*columns, disable=quiet, transient=True) as progress:
-        task = progress.add_task(f"replaying {runs} policies", total=runs, done="")
+        task = progress.add_task(f"{runs} replays", total=runs, done="")
         while not all(f.done() for f in futures):
             finished = sum(f.done() for f in futures)
             progress.update(task, completed=finished, done=f"{counter.value:,} decisions")

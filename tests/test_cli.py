@@ -120,3 +120,23 @@ def test_simulate_compares_policies_and_writes_a_report(tmp_path):
                  "gpu_utilisation.png", "fees_by_gpu_type.png"):
         assert (report / name).stat().st_size > 0
     assert "synthetic" in (report / "report.md").read_text()
+
+
+def test_replicas_move_the_fluctuation_seed_and_report_means(tmp_path):
+    report = tmp_path / "replicas"
+    code, output = simulate("--days", "0.5", "--warmup-days", "0", "--json", "--replicas", "2",
+                            "--policies", "fifo+first-fit,fifo+rwgp", "--report", str(report))
+    assert code == 0, output
+    payload = json.loads(output)
+    seeds = [r["fluctuation_seed"] for r in payload["replicas"]]
+    assert len(seeds) == 2 and seeds[1] == seeds[0] + 1
+    for replica in payload["replicas"]:
+        assert [r["policy"] for r in replica["results"]] == ["fifo+first-fit", "fifo+rwgp"]
+    runs = [r["results"][1]["avg_jct_s"] / 3600 for r in payload["replicas"]]
+    assert payload["means"]["fifo+rwgp"]["avg_jct_h"] == pytest.approx(sum(runs) / 2)
+    assert (report / "replicas.json").exists() and (report / "replica-1" / "report.md").exists()
+
+
+def test_replicas_must_be_positive():
+    code, output = simulate("--replicas", "0")
+    assert code != 0 and "--replicas" in output
