@@ -21,7 +21,7 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -41,10 +41,11 @@ from slurm_rl.ops.metrics import DaemonMetrics, error_kind, model_version
 from slurm_rl.retrain.follow import ModelFollower
 from slurm_rl.retrain.schedule import RetrainSchedule, start_schedule
 from slurm_rl.slurm import deferral
-from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
+from slurm_rl.slurm.actuator import ActuatorConfig, Mode, Recall, SlurmActuator
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.proc import Runner, make_runner
 from slurm_rl.slurm.source import SlurmSource, SourceConfig
+from slurm_rl.store.exclusions import last_exclusions
 from slurm_rl.store.repository import Store
 
 log = logging.getLogger("slurm_rl.daemon")
@@ -210,10 +211,28 @@ class Daemon:
             defer_extension_s=config.defer_extension_s,
             defer_cap_s=config.defer_cap_s,
         )
-        actuator = SlurmActuator(client, actuator_config, source=source, clock=self._clock)
+        actuator = SlurmActuator(client, actuator_config, source=source, clock=self._clock,
+                                 recall=self._recall_for(source))
         heartbeat = self._heartbeat_factory(config)
         version = model_version(config.policy, config.policy_bundle, is_learned(config.policy))
         return Parts(config, source, scheduler, actuator, heartbeat, version)
+
+    def _recall_for(self, source: SlurmSource) -> Recall:
+        """What the actuator set before a restart, from the store it records to (see
+        slurm_rl/store/exclusions.py); None, and asked again next cycle, if it cannot say."""
+
+        def recall(job_ids: Sequence[str]) -> dict[str, str] | None:
+            state = source.last_state
+            if state is None:
+                return None
+            try:
+                return last_exclusions(self.store, source.cluster_name(state), job_ids)
+            except SQLAlchemyError as exc:
+                log.warning("cannot read the daemon's earlier exclusions from the store: %s",
+                            one_line(exc))
+                return None
+
+        return recall
 
     def _open_store(self, config: DaemonConfig) -> Store:
         try:
@@ -236,6 +255,8 @@ class Daemon:
             previous.heartbeat.retire()  # the old beat must not keep deferring jobs
         if store is not None:
             self.store = self.recorder.store = store
+        if previous is not None:  # what the old actuator set stays its successor's
+            parts.actuator.inherit(previous.actuator)
         self.recorder.mode = config.recorded_mode
         self.recorder.explainer = parts.scheduler
         self.metrics.set_model(config.policy, parts.model_version)

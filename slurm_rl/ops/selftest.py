@@ -140,8 +140,9 @@ def check_permission(client: CliSlurmClient, runner: Runner, pending: list[str])
     admin = _slurm_user(runner, client.timeout_s)
     level = None if me in ("root", admin) else admin_level(runner, me, client.timeout_s)
     if level == "Operator":
-        # Operators may set Priority, ReqNodeList, NumNodes and StartTime of any job, but
-        # not AdminComment (an administrator's field): no probe, slurmdbd's word is enough.
+        # Operators may set Priority, ReqNodeList, NumNodes, StartTime and ExcNodeList of
+        # any job (tests/slurm/test_operator_live.py), but not AdminComment (an
+        # administrator's field): no probe, slurmdbd's word is enough.
         return Check("permission to update jobs", True,
                      f"running as {me}, AdminLevel=Operator in slurmdbd")
     if me not in ("root", admin) and level != "Administrator":

@@ -39,6 +39,11 @@ from slurm_rl.slurm.source import SlurmSource, SlurmState, numeric_id
 
 log = logging.getLogger(__name__)
 
+# Asked, for jobs showing an ExcNodeList this actuator does not know, what it last set on
+# each of them before (the daemon's audit trail): job id -> value ("" for a clear); None
+# when that cannot be told now (asked again next time).
+Recall = Callable[[Sequence[str]], Mapping[str, str] | None]
+
 _FOR_JOB = re.compile(r"^(?P<message>.*?)\s+for job (?P<job>\d+(?:_\d+)?)\s*$")
 
 
@@ -343,7 +348,8 @@ class SlurmActuator:
     """Applies decisions to Slurm through a :class:`SlurmClient`.
 
     It reads job details from ``source.last_state`` (the state the decision was made on)
-    or, without a source, asks the client itself.
+    or, without a source, asks the client itself. ``recall`` (the daemon's audit trail)
+    tells it which exclusions it set before a restart: see :meth:`_recall_exclusions`.
     """
 
     def __init__(
@@ -352,14 +358,18 @@ class SlurmActuator:
         config: ActuatorConfig | None = None,
         source: SlurmSource | None = None,
         clock: Callable[[], float] = time.time,
+        recall: Recall | None = None,
     ) -> None:
         self.client = client
         self.config = config or ActuatorConfig()
         self.source = source
         self.clock = clock
+        self.recall = recall
         self._deferred_by_us: set[str] = set()
         # The ExcNodeList this actuator last set, by job; only these it may change or clear.
         self._excluded_by_us: dict[str, frozenset[str]] = {}
+        # Jobs whose unknown ExcNodeList ``recall`` was asked about (not asked again).
+        self._recalled: set[str] = set()
 
     @property
     def mode(self) -> Mode:
@@ -369,6 +379,7 @@ class SlurmActuator:
         state = state or self._current_state()
         self._deferred_by_us &= set(state.managed)
         self._forget_exclusions(state)
+        self._recall_exclusions(state)
         planned = plan(decision, state, self.config, self._deferred_by_us, self._excluded_by_us)
         outcomes = dict(planned.outcomes)
         commands: list[CommandResult] = []
@@ -416,6 +427,36 @@ class SlurmActuator:
                 self._excluded_by_us[outcome.job_id] = node_set(fields[EXC])
             else:
                 self._excluded_by_us.pop(outcome.job_id, None)
+
+    def inherit(self, previous: SlurmActuator) -> None:
+        """Take over what ``previous`` set (a config reload builds a new actuator)."""
+        self._deferred_by_us |= previous._deferred_by_us
+        self._excluded_by_us.update(previous._excluded_by_us)
+        self._recalled |= previous._recalled
+
+    def _recall_exclusions(self, state: SlurmState) -> None:
+        """Adopt the exclusions of pending jobs that ``recall`` says this daemon set last and
+        that Slurm still shows exactly (a restart lost them from memory). Each job is asked
+        about once; what the store does not vouch for stays the user's."""
+        self._recalled &= set(state.managed)
+        if self.recall is None or self.mode is Mode.ADVISE:
+            return
+        unknown = {
+            job.job_id: frozenset(job.excluded_nodes) for job in state.managed.values()
+            if job.is_pending and job.excluded_nodes
+            and job.job_id not in self._excluded_by_us and job.job_id not in self._recalled
+        }
+        if not unknown:
+            return
+        answer = self.recall(sorted(unknown, key=numeric_id))
+        if answer is None:
+            return
+        self._recalled |= set(unknown)
+        for job_id, value in answer.items():
+            nodes = node_set(value)
+            if nodes and unknown.get(job_id) == nodes:
+                self._excluded_by_us[job_id] = nodes
+                log.info("job %s: ExcNodeList=%s is slurm-rl's own (audit trail)", job_id, value)
 
     def _forget_exclusions(self, state: SlurmState) -> None:
         """Drop jobs that left, and exclusions someone else has changed since (now theirs)."""

@@ -5,8 +5,8 @@ actuator applies them (``enforce``; planned only in ``shadow``; never in ``advis
 these rules, each checked against what Slurm shows now:
 
 * **Only its own.** It sets, changes or clears ``ExcNodeList`` only on a job whose list is
-  empty or exactly what this actuator last set (kept in memory: a restarted daemon treats
-  an exclusion it set before as the user's and leaves it). A user's own ``--exclude`` is
+  empty or exactly what this actuator last set (kept in memory; a restarted daemon recalls
+  it from its audit trail, slurm_rl/store/exclusions.py). A user's own ``--exclude`` is
   never overwritten or cleared; the outcome carries a note saying so.
 * **Cleared when no longer wanted**: the decision no longer excludes nodes for the job, the
   job got a placement (Slurm 22.05.8 accepts ``ReqNodeList`` intersecting ``ExcNodeList``

@@ -184,10 +184,14 @@ class SlurmSource:
 
     def snapshot(self) -> ClusterSnapshot:
         state = self.state()
-        name = self.config.cluster_name or state.nodes.meta.cluster or "slurm"
-        cluster, free = build_cluster(state.nodes.nodes, name, self.config)
+        cluster, free = build_cluster(state.nodes.nodes, self.cluster_name(state), self.config)
         pending, running, finished = self._split(state.managed.values())
         return ClusterSnapshot(state.time, cluster, free, pending, running, finished)
+
+    def cluster_name(self, state: SlurmState) -> str:
+        """The name snapshots (and so the store) give the cluster: the configured one, else
+        Slurm's, else ``slurm``."""
+        return self.config.cluster_name or state.nodes.meta.cluster or "slurm"
 
     def _is_managed(self, job: SlurmJob) -> bool:
         if job.array_pending or job.het_job:

@@ -1,16 +1,25 @@
 """``Decision.exclusions`` against a real Slurm: ``ExcNodeList`` steers where Slurm starts a
 released job, a user's own ``--exclude`` is left alone, a later pin clears the actuator's
-exclusion in the same update, and revert restores the list from before."""
+exclusion in the same update (also after a daemon restart, from its store), and revert
+restores the list from before."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
 
-from slurm_rl.core import Decision, Placement
+from slurm_rl.core import ClusterSnapshot, Decision, Placement
+from slurm_rl.loop import DecisionMaker
 from slurm_rl.ops.revert import Change, revert
 from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
 from slurm_rl.slurm.source import SlurmSource
+from slurm_rl.store.repository import Store
 from tests.slurm.live import LiveCluster
+from tests.slurm.test_daemon_live import CLUSTER, _daemon
 from tests.slurm.test_live import SCHED_SLACK_S, _nodes
 
 pytestmark = pytest.mark.slurm
@@ -57,3 +66,57 @@ def test_exclusions_steer_slurm_and_leave_a_users_exclude_alone(live: LiveCluste
     assert pinned.outcomes[0].kind == "place" and "ExcNodeList=" in pinned.outcomes[0].argv
     job = live.job(kept)
     assert (job.required_nodes, job.excluded_nodes, job.state) == ((a100[0],), (), "PENDING")
+
+
+@dataclass
+class _Excluding:
+    """The daemon's policy, but ``job`` released unplaced and kept off ``nodes`` (what RWGP
+    decides for a gang when only slow nodes are free)."""
+
+    inner: DecisionMaker
+    job: str
+    nodes: tuple[str, ...]
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        decision = self.inner.decide(snapshot)
+        placements = {k: v for k, v in decision.placements.items() if k != self.job}
+        exclusions = {**decision.exclusions, self.job: self.nodes}
+        return dataclasses.replace(decision, placements=placements, exclusions=exclusions)
+
+
+def test_a_restarted_daemon_pins_over_the_exclusion_it_set_before(
+    live: LiveCluster, tmp_path: Path
+) -> None:
+    a100 = _nodes(SlurmSource(live.client).snapshot(), "a100")
+    live.stop_beating()  # not deferred: it holds the last a100 node from the start
+    blocker = live.sbatch("bob", f"--nodelist={a100[-1]}", "--gres=gpu:a100:8", "-t", "10")
+    live.wait_state(blocker, "RUNNING", timeout_s=SCHED_SLACK_S)
+    live.beat()
+    gang = live.sbatch("alice", "--gres=gpu:a100:8", "-t", "10")
+    theirs = live.sbatch("bob", "--gres=gpu:a100:1", "-t", "10", f"--exclude={a100[0]}",
+                         "--begin=now+300")  # a user's own list, and a begin nobody lifts
+    first = _daemon(live, tmp_path, policy="fifo+best-fit")
+    first.parts = dataclasses.replace(
+        first.parts, scheduler=_Excluding(first.parts.scheduler, gang, tuple(a100[:-1])))
+    try:
+        assert first.run_once().ok
+    finally:
+        first.close(retire=False)
+    (row,) = Store(first.config.store).decisions_for(CLUSTER, gang)
+    assert (row.action, row.slurm_rc) == ("exclude", 0), row.slurm_answer
+    time.sleep(SCHED_SLACK_S / 2)  # scheduling passes: only excluded a100 nodes are free
+    held = live.job(gang)
+    assert (held.state, held.excluded_nodes) == ("PENDING", tuple(a100[:-1]))
+
+    second = _daemon(live, tmp_path, policy="fifo+best-fit")  # the daemon restarted
+    try:
+        assert second.run_once().ok
+    finally:
+        second.close(retire=False)
+    rows = Store(second.config.store).decisions_for(CLUSTER, gang)
+    pinned = rows[-1]
+    assert (pinned.action, pinned.slurm_rc) == ("place", 0), pinned.slurm_answer
+    assert pinned.argv and "ExcNodeList=" in pinned.argv and pinned.nodes in a100[:-1]
+    started = live.wait_state(gang, "RUNNING", timeout_s=SCHED_SLACK_S)
+    assert (started.nodes, started.excluded_nodes) == ((pinned.nodes,), ())
+    assert live.job(theirs).excluded_nodes == (a100[0],)  # still the user's own

@@ -1,8 +1,10 @@
 """An Operator account instead of root: slurmdbd with a private MariaDB, ``sacctmgr ... set
 adminlevel=Operator`` for bob, and the daemon as bob steering alice's jobs.
 
-Measured on 22.05.8: an Operator may set Priority, ReqNodeList, NumNodes, StartTime and
-SiteFactor of any user's job, but not AdminComment (administrators only). sacctmgr and
+Measured on 22.05.8: an Operator may set Priority, ReqNodeList, NumNodes, StartTime,
+SiteFactor and ExcNodeList (set and cleared) of any user's job, but not AdminComment
+(administrators only); an ordinary user setting ExcNodeList on another's job gets
+``Invalid user id for job N``. sacctmgr and
 slurmctld reach slurmdbd through munge's *default* socket whatever ``AuthInfo=socket=`` says,
 so a second munged with the cluster's key serves that socket while the test runs.
 
@@ -220,9 +222,25 @@ def test_an_operator_account_steers_other_users_jobs_without_root(operator_clust
             in checked.stdout, checked.stdout
         # The one field the daemon's levers do not need is an administrator's.
         other = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "5", "--begin=now+300")
+        _excludes_as_operator(live, other)
         denied = live.run("scontrol", "update", f"JobId={other}", "AdminComment=x",
                           user=OPERATOR)
         assert denied.returncode != 0 and "permission denied" in denied.stderr.lower()
     finally:
         live.cancel_all()
         shutil.rmtree(state, ignore_errors=True)
+
+
+def _excludes_as_operator(live: LiveCluster, job: str) -> None:
+    """An Operator sets and clears ExcNodeList on another user's job (the daemon's
+    exclusions, docs/slurm.md)."""
+    for value, shown in (("a100-02", ("a100-02",)), ("", ())):
+        done = live.run("scontrol", "update", f"JobId={job}", f"ExcNodeList={value}",
+                        user=OPERATOR)
+        assert done.returncode == 0, done.stderr
+        assert live.job(job).excluded_nodes == shown
+    # Without the AdminLevel it is refused: alice on the Operator's own job.
+    own = live.sbatch(OPERATOR, "--gres=gpu:a100:1", "-t", "5", "--begin=now+300")
+    refused = live.run("scontrol", "update", f"JobId={own}", "ExcNodeList=a100-02", user="alice")
+    assert refused.returncode != 0 and "invalid user id" in refused.stderr.lower()
+    assert live.job(own).excluded_nodes == ()
