@@ -30,6 +30,10 @@ class Recorder:
     def observe(self, snapshot: ClusterSnapshot) -> None:
         self.inner.observe(snapshot)  # type: ignore[attr-defined]
 
+    def exclusions(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, ...]:
+        exclude = getattr(self.inner, "exclusions", None)
+        return () if exclude is None else tuple(exclude(job, snapshot))
+
     def place(self, job: Job, free: Sequence[int], snapshot: ClusterSnapshot) -> Placement | None:
         placement: Placement | None = self.inner.place(job, free, snapshot)  # type: ignore[attr-defined]
         if placement is not None:
