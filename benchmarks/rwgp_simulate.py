@@ -8,7 +8,8 @@ builds its schedulers itself.
 
 Variants (see :func:`rwgp`): ``rwgp`` (datasheet GPU speeds, like fastest-GPU; λ = 0),
 ``rwgp-measured`` (measured per-family speeds and spread penalties), and suffixes such as
-``-fee0.2`` (λ per $, as in the reward −(JCT h + λ·fees)), ``-pack0.1``, ``-risk0.5``.
+``-fee0.2`` (λ per $, as in the reward −(JCT h + λ·fees)), ``-pack0.1``, ``-risk0.5``,
+``-excl0.25`` (ρ, 0: no exclusions), ``-min1`` (the smallest job excluded from slow nodes).
 Usage: python benchmarks/rwgp_simulate.py --window 2017-10-01:2017-10-15 [--mode slurm]
 """
 
@@ -57,6 +58,10 @@ def rwgp(variant: str) -> RwgpPlacement:
             options["whole_node_weight"] = float(part[5:])
         elif part.startswith("risk"):
             options["risk_aversion"] = float(part[4:])
+        elif part.startswith("excl"):
+            options["exclusion_ratio"] = float(part[4:])
+        elif part.startswith("min"):
+            options["exclusion_min_gpus"] = int(part[3:])
     config = PlacementConfig(**options, learn="nolearn" not in variant)  # type: ignore[arg-type]
     return RwgpPlacement(speeds, config, family_speed=family, spread_model=spread)
 
@@ -83,6 +88,8 @@ def main() -> None:
     parser.add_argument("--policies", default=",".join(BASELINES + VARIANTS))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--replicas", type=int, default=1,
+                        help="Scenario.replica(0..N-1), as `slurm-rl simulate --replicas`")
     parser.add_argument("--fluctuation-seeds", default="",
                         help="comma-separated machine-fluctuation seeds: one replica of the "
                         "scenario each (which machines straggle, how speeds drift); default: "
@@ -96,6 +103,8 @@ def main() -> None:
     names = [n.strip() for n in args.policies.split(",") if n.strip()]
     seeds = [int(s) for s in args.fluctuation_seeds.split(",") if s.strip()]
     replicas = [replica(scenario, s) for s in seeds] or [scenario]
+    if args.replicas > 1:  # as `slurm-rl simulate --replicas`: Scenario.replica(0..N-1)
+        replicas = [scenario.replica(k) for k in range(args.replicas)]
     runs = [(r, n) for r in replicas for n in names]
     with ProcessPoolExecutor(args.workers, get_context("fork")) as pool:
         results = list(pool.map(run, *zip(*runs, strict=True)))

@@ -78,8 +78,13 @@ def _one_node_untyped(job: Job) -> bool:
     return job.gpu_type is None and job.gpus_per_node is None and job.num_nodes == 1
 
 
-def _shape_key(job: Job) -> tuple[int, int | None, int | None, str | None]:
-    return (job.num_gpus, job.num_nodes, job.gpus_per_node, job.gpu_type)
+ShapeKey = tuple[int, int | None, int | None, str | None, frozenset[int]]
+
+
+def _shape_key(item: QueuedJob) -> ShapeKey:
+    """Jobs with the same key fit in the same places (exclusions included)."""
+    job = item.job
+    return (job.num_gpus, job.num_nodes, job.gpus_per_node, job.gpu_type, item.excluded)
 
 
 class _Pass:
@@ -102,8 +107,8 @@ class _Pass:
         self.starts: list[tuple[Job, Placement]] = []
         self.masked: set[int] = set()
         self.reservation: _Reservation | None = None
-        self.no_fit: set[tuple[int, int | None, int | None, str | None]] = set()
-        self.no_detour: set[tuple[int, int | None, int | None, str | None]] = set()
+        self.no_fit: set[ShapeKey] = set()
+        self.no_detour: set[ShapeKey] = set()
         self.order = range(len(cluster.nodes))
         self.min_unfit = math.inf
         self.min_share_unfit = math.inf  # no unmasked node has this many GPUs free
@@ -121,7 +126,7 @@ class _Pass:
         if (self.reservation is not None and job.gpu_type is None and item.pin is None
                 and _largest_share(job) >= self.min_share_unfit):
             return  # (with no reservation yet, this job may still be the one to get it)
-        key = _shape_key(job)
+        key = _shape_key(item)
         if item.pin is None and key in self.no_fit:
             return
         if self.reservation is not None and not self._ends_before_reservation(job):
@@ -149,14 +154,12 @@ class _Pass:
         limit = job.time_limit if job.time_limit is not None else NO_LIMIT
         return self.now + limit <= self.reservation.start
 
-    def _no_room(
-        self, item: QueuedJob, key: tuple[int, int | None, int | None, str | None]
-    ) -> None:
+    def _no_room(self, item: QueuedJob, key: ShapeKey) -> None:
         """The job fits nowhere now: remember it, and reserve for the first such job. (A job
-        kept off some nodes proves nothing about other jobs of its shape.)"""
+        kept off some nodes proves nothing about jobs of its shape kept off fewer.)"""
         job = item.job
+        self.no_fit.add(key)
         if not item.excluded:
-            self.no_fit.add(key)
             if _free_to_go_anywhere(job):
                 self.min_unfit = min(self.min_unfit, job.num_gpus)
             elif _one_node_untyped(job):
@@ -165,9 +168,7 @@ class _Pass:
             self.reservation = _reserve(self.now, job, self.free, self.running(), self.cluster,
                                         item.excluded)
 
-    def _around_reservation(
-        self, item: QueuedJob, key: tuple[int, int | None, int | None, str | None]
-    ) -> None:
+    def _around_reservation(self, item: QueuedJob, key: ShapeKey) -> None:
         """A job that would outlast the reservation may start only away from its nodes."""
         assert self.reservation is not None
         if item.pin is not None:
@@ -182,10 +183,8 @@ class _Pass:
             return
         placement = _avoid_reserved(item, self.free, self.masked, self.reservation, self.cluster)
         if placement is None:
-            if item.excluded:
-                return
             self.no_detour.add(key)
-            if _free_to_go_anywhere(item.job):
+            if _free_to_go_anywhere(item.job) and not item.excluded:
                 self.min_no_detour = min(self.min_no_detour, item.job.num_gpus)
         else:
             self._start(item.job, placement)
