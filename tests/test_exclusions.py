@@ -87,22 +87,28 @@ def snapshot_of(cluster: Cluster, pending: tuple[Job, ...], free: tuple[int, ...
     return ClusterSnapshot(0.0, cluster, free, pending)
 
 
-def test_rwgp_keeps_gangs_off_nodes_far_slower_than_their_best_but_not_single_gpu_jobs():
-    cluster = mixed_cluster()
+def test_rwgp_keeps_spanning_gangs_off_nodes_far_slower_than_their_best():
+    cluster = mixed_cluster()  # nodes of 8 GPUs
     rwgp = RwgpPlacement(SPEEDS)
     snapshot = snapshot_of(cluster, (), (0, 0, 0, 0))
     rwgp.observe(snapshot)
-    assert rwgp.exclusions(job("gang", 0.0, 2, 10.0), snapshot) == ("k80-0", "k80-1")
+    slow = ("k80-0", "k80-1")
+    assert rwgp.exclusions(job("spans", 0.0, 12, 10.0), snapshot) == slow
+    assert rwgp.exclusions(job("two-nodes", 0.0, 4, 10.0, num_nodes=2), snapshot) == slow
+    assert rwgp.exclusions(job("one-node", 0.0, 8, 10.0), snapshot) == ()
     assert rwgp.exclusions(job("one", 0.0, 1, 10.0), snapshot) == ()
-    assert rwgp.exclusions(job("k80", 0.0, 2, 10.0, gpu_type="K80"), snapshot) == ()
+    assert rwgp.exclusions(job("k80", 0.0, 12, 10.0, gpu_type="K80"), snapshot) == ()
+    every_gang = RwgpPlacement(SPEEDS, PlacementConfig(exclusion_min_gpus=2))
+    every_gang.observe(snapshot)
+    assert every_gang.exclusions(job("gang", 0.0, 2, 10.0), snapshot) == slow
     off = RwgpPlacement(SPEEDS, PlacementConfig(exclusion_ratio=0.0))
     off.observe(snapshot)
-    assert off.exclusions(job("gang", 0.0, 2, 10.0), snapshot) == ()
+    assert off.exclusions(job("spans", 0.0, 12, 10.0), snapshot) == ()
 
 
 def test_the_scheduler_asks_for_exclusions_only_for_jobs_it_did_not_place():
     cluster = mixed_cluster()
-    pending = (job("placed", 0.0, 2, 10.0), job("waiting", 0.0, 8, 10.0))
+    pending = (job("placed", 0.0, 2, 10.0), job("waiting", 0.0, 12, 10.0))
     snapshot = snapshot_of(cluster, pending, (2, 0, 0, 0))
     decision = Scheduler(Fifo(), RwgpPlacement(SPEEDS)).decide(snapshot)
     assert set(decision.placements) == {"placed"}
@@ -116,8 +122,9 @@ def test_rwgp_does_not_pin_a_gang_where_it_would_keep_slurm_from_starting_it():
     only_k80_free = (0, 0, 8, 8)
     snapshot = snapshot_of(cluster, (), only_k80_free)
     rwgp.observe(snapshot)
-    assert rwgp.place(job("gang", 0.0, 2, 10.0), only_k80_free, snapshot) is None
-    single = rwgp.place(job("one", 0.0, 1, 10.0), only_k80_free, snapshot)
-    assert single is not None and single.nodes[0].startswith("k80")
+    assert rwgp.place(job("gang", 0.0, 12, 10.0), only_k80_free, snapshot) is None
+    for fits_one_node in (job("one", 0.0, 1, 10.0), job("eight", 0.0, 8, 10.0)):
+        placement = rwgp.place(fits_one_node, only_k80_free, snapshot)
+        assert placement is not None and placement.nodes[0].startswith("k80")
     whole = job("whole", 0.0, 24, 10.0)  # the rest could never hold it: nothing is excluded
     assert rwgp.exclusions(whole, snapshot) == ()

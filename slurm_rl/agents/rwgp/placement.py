@@ -33,13 +33,16 @@ mode (the set starts at once) and ``slurm`` mode, and live, where the actuator t
 ``ReqNodeList=<the set> NumNodes=N-N``.
 
 **Exclusions.** A released job the agent could not place (no GPUs free at the decision) is
-started by Slurm's own choice when GPUs free between decisions. For a gang
-(``num_gpus ≥ exclusion_min_gpus``) the agent names the nodes Slurm must keep it off
+started by Slurm's own choice when GPUs free between decisions. For a gang that must span
+nodes (more GPUs than the largest node holds, or a fixed shape of two nodes or more; or, if
+set, ``num_gpus ≥ exclusion_min_gpus``) the agent names the nodes Slurm must keep it off
 (``ExcNodeList``): those whose risk-adjusted pace ``v_i (E[f_i] − κ sd[f_i])`` is below
-``ρ`` times the best such pace among the nodes the job may use. A gang runs at its slowest
-member's pace, so one K80 (a seventh of an A100) or one straggler in a 16-GPU set slows all
-16; waiting for a faster node costs less. Single-GPU jobs are not excluded: in a backlog that
-would leave the slowest GPUs idle.
+``ρ`` times the best such pace among the nodes the job may use, and it never pins such a gang
+there itself. A spanning gang runs at its slowest member's pace, so one K80 (a seventh of an
+A100) or one straggler in a 16-GPU set slows all 16 and holds the fast members hostage;
+waiting for a faster node costs less. Jobs that fit on one node are left alone: on a slow node
+they slow only themselves, and in a backlog excluding them leaves the slowest GPUs idle
+(measured worse, docs/placement-agent.md §6).
 """
 
 from __future__ import annotations
@@ -86,7 +89,8 @@ class PlacementConfig:
     whole_node_weight: float = 0.1  # ζ: taking part of a node that was entirely free
     limits: Limits = field(default_factory=Limits)
     exclusion_ratio: float = 0.25  # ρ: keep a gang off nodes under ρ × its best pace (0: off)
-    exclusion_min_gpus: int = 2  # smallest job excluded from slow nodes
+    # the smallest job excluded from slow nodes; None: only gangs that must span nodes
+    exclusion_min_gpus: int | None = None
     # "auto": learn from finished jobs' runtimes only while no measured speeds arrive (live)
     runtime_readings: Literal["auto", "always", "never"] = "auto"
     threads: int | None = 1  # torch threads; one is fastest when replays share the cores
@@ -146,6 +150,11 @@ class _Nodes:
     groups: list[int]
     capacity: list[int]
     names: tuple[str, ...]
+
+    @cached_property
+    def largest(self) -> int:
+        """GPUs of the largest node: a job with more must span nodes."""
+        return max(self.capacity, default=0)
 
     @classmethod
     def from_cluster(cls, cluster: Cluster) -> _Nodes:
@@ -246,8 +255,7 @@ class RwgpPlacement:
     def _too_slow(self, job: Job, view: _NodeView) -> _SlowNodes | None:
         """The nodes too slow for ``job`` (module docstring); None when it is no gang, none
         is, or the rest could never hold it."""
-        config = self.config
-        if config.exclusion_ratio <= 0 or job.num_gpus < config.exclusion_min_gpus:
+        if self.config.exclusion_ratio <= 0 or not self._excludable(job):
             return None
         key = (job.model_family, job.gpu_type)
         cached = self._slow.get(key)
@@ -256,6 +264,13 @@ class RwgpPlacement:
             self._slow[key] = cached
         slow = cached[1]
         return slow if slow.names and slow.capacity_left >= job.num_gpus else None
+
+    def _excludable(self, job: Job) -> bool:
+        minimum = self.config.exclusion_min_gpus
+        if minimum is not None:
+            return job.num_gpus >= minimum
+        assert self._nodes is not None
+        return (job.num_nodes or 1) > 1 or job.num_gpus > self._nodes.largest
 
     def _slow_nodes(self, pace: FloatArray, gpu_type: str | None) -> _SlowNodes:
         assert self._nodes is not None
