@@ -87,20 +87,21 @@ def snapshot_of(cluster: Cluster, pending: tuple[Job, ...], free: tuple[int, ...
     return ClusterSnapshot(0.0, cluster, free, pending)
 
 
-def test_rwgp_keeps_spanning_gangs_off_nodes_far_slower_than_their_best():
+def test_rwgp_keeps_gangs_off_nodes_far_slower_than_their_best():
     cluster = mixed_cluster()  # nodes of 8 GPUs
     rwgp = RwgpPlacement(SPEEDS)
     snapshot = snapshot_of(cluster, (), (0, 0, 0, 0))
     rwgp.observe(snapshot)
     slow = ("k80-0", "k80-1")
+    assert rwgp.exclusions(job("gang", 0.0, 2, 10.0), snapshot) == slow
     assert rwgp.exclusions(job("spans", 0.0, 12, 10.0), snapshot) == slow
-    assert rwgp.exclusions(job("two-nodes", 0.0, 4, 10.0, num_nodes=2), snapshot) == slow
-    assert rwgp.exclusions(job("one-node", 0.0, 8, 10.0), snapshot) == ()
     assert rwgp.exclusions(job("one", 0.0, 1, 10.0), snapshot) == ()
     assert rwgp.exclusions(job("k80", 0.0, 12, 10.0, gpu_type="K80"), snapshot) == ()
-    every_gang = RwgpPlacement(SPEEDS, PlacementConfig(exclusion_min_gpus=2))
-    every_gang.observe(snapshot)
-    assert every_gang.exclusions(job("gang", 0.0, 2, 10.0), snapshot) == slow
+    spanning_only = RwgpPlacement(SPEEDS, PlacementConfig(exclusion_min_gpus=None))
+    spanning_only.observe(snapshot)
+    assert spanning_only.exclusions(job("two-nodes", 0.0, 4, 10.0, num_nodes=2), snapshot) == slow
+    assert spanning_only.exclusions(job("spans", 0.0, 12, 10.0), snapshot) == slow
+    assert spanning_only.exclusions(job("one-node", 0.0, 8, 10.0), snapshot) == ()
     off = RwgpPlacement(SPEEDS, PlacementConfig(exclusion_ratio=0.0))
     off.observe(snapshot)
     assert off.exclusions(job("spans", 0.0, 12, 10.0), snapshot) == ()
@@ -122,9 +123,8 @@ def test_rwgp_does_not_pin_a_gang_where_it_would_keep_slurm_from_starting_it():
     only_k80_free = (0, 0, 8, 8)
     snapshot = snapshot_of(cluster, (), only_k80_free)
     rwgp.observe(snapshot)
-    assert rwgp.place(job("gang", 0.0, 12, 10.0), only_k80_free, snapshot) is None
-    for fits_one_node in (job("one", 0.0, 1, 10.0), job("eight", 0.0, 8, 10.0)):
-        placement = rwgp.place(fits_one_node, only_k80_free, snapshot)
-        assert placement is not None and placement.nodes[0].startswith("k80")
+    assert rwgp.place(job("gang", 0.0, 2, 10.0), only_k80_free, snapshot) is None
+    placement = rwgp.place(job("one", 0.0, 1, 10.0), only_k80_free, snapshot)
+    assert placement is not None and placement.nodes[0].startswith("k80")
     whole = job("whole", 0.0, 24, 10.0)  # the rest could never hold it: nothing is excluded
     assert rwgp.exclusions(whole, snapshot) == ()

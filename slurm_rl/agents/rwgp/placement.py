@@ -33,16 +33,18 @@ mode (the set starts at once) and ``slurm`` mode, and live, where the actuator t
 ``ReqNodeList=<the set> NumNodes=N-N``.
 
 **Exclusions.** A released job the agent could not place (no GPUs free at the decision) is
-started by Slurm's own choice when GPUs free between decisions. For a gang that must span
-nodes (more GPUs than the largest node holds, or a fixed shape of two nodes or more; or, if
-set, ``num_gpus ≥ exclusion_min_gpus``) the agent names the nodes Slurm must keep it off
+started by Slurm's own choice when GPUs free between decisions. For a gang
+(``num_gpus ≥ exclusion_min_gpus``, 2; or, with ``None``, only a gang that must span nodes:
+more GPUs than the largest node holds, or a fixed shape of two nodes or more) the agent names
+the nodes Slurm must keep it off
 (``ExcNodeList``): those whose risk-adjusted pace ``v_i (E[f_i] − κ sd[f_i])`` is below
 ``ρ`` times the best such pace among the nodes the job may use, and it never pins such a gang
 there itself. A spanning gang runs at its slowest member's pace, so one K80 (a seventh of an
 A100) or one straggler in a 16-GPU set slows all 16 and holds the fast members hostage;
-waiting for a faster node costs less. Jobs that fit on one node are left alone: on a slow node
-they slow only themselves, and in a backlog excluding them leaves the slowest GPUs idle
-(measured worse, docs/placement-agent.md §6).
+waiting for a faster node costs less. Single-GPU jobs are never excluded: in a backlog that
+leaves the slowest GPUs idle (measured worse). Which gangs to exclude depends on the load
+(docs/placement-agent.md §6): all of them wins while queues are short, only spanning ones in
+a backlog; the default is the former.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ class PlacementConfig:
     limits: Limits = field(default_factory=Limits)
     exclusion_ratio: float = 0.25  # ρ: keep a gang off nodes under ρ × its best pace (0: off)
     # the smallest job excluded from slow nodes; None: only gangs that must span nodes
-    exclusion_min_gpus: int | None = None
+    exclusion_min_gpus: int | None = 2
     # "auto": learn from finished jobs' runtimes only while no measured speeds arrive (live)
     runtime_readings: Literal["auto", "always", "never"] = "auto"
     threads: int | None = 1  # torch threads; one is fastest when replays share the cores
