@@ -79,7 +79,6 @@ class Scheduler:
             available -= placement.num_gpus
         return placements
 
-
     def _exclusions(
         self, snapshot: ClusterSnapshot, jobs: list[Job], placements: dict[JobId, Placement]
     ) -> dict[JobId, tuple[str, ...]]:
