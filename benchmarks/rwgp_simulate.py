@@ -9,7 +9,9 @@ builds its schedulers itself.
 Variants (see :func:`rwgp`): ``rwgp`` (datasheet GPU speeds, like fastest-GPU; λ = 0),
 ``rwgp-measured`` (measured per-family speeds and spread penalties), and suffixes such as
 ``-fee0.2`` (λ per $, as in the reward −(JCT h + λ·fees)), ``-pack0.1``, ``-risk0.5``,
-``-excl0.25`` (ρ, 0: no exclusions), ``-min1`` (the smallest job excluded from slow nodes).
+``-excl0.25`` (ρ, 0: no exclusions), ``-min1`` (the smallest job excluded from slow nodes),
+``-backlog600`` (seconds a smaller job waits before gangs that fit one node may take slow
+nodes).
 Usage: python benchmarks/rwgp_simulate.py --window 2017-10-01:2017-10-15 [--mode slurm]
 """
 
@@ -62,6 +64,10 @@ def rwgp(variant: str) -> RwgpPlacement:
             options["exclusion_ratio"] = float(part[4:])
         elif part.startswith("min"):
             options["exclusion_min_gpus"] = int(part[3:])
+        elif part.startswith("memory"):
+            options["exclusion_backlog_memory_s"] = float(part[6:]) * 3600
+        elif part.startswith("backlog"):
+            options["exclusion_backlog_s"] = float(part[7:])
     config = PlacementConfig(**options, learn="nolearn" not in variant)  # type: ignore[arg-type]
     return RwgpPlacement(speeds, config, family_speed=family, spread_model=spread)
 

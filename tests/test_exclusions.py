@@ -9,7 +9,14 @@ import pytest
 from slurm_rl.agents.ordering_baselines import Fifo
 from slurm_rl.agents.placement_baselines import FirstFit
 from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
-from slurm_rl.core import Cluster, ClusterSnapshot, Decision, Job, Node, Placement
+from slurm_rl.core import (
+    Cluster,
+    ClusterSnapshot,
+    Decision,
+    Job,
+    Node,
+    Placement,
+)
 from slurm_rl.loop import run_loop
 from slurm_rl.scheduler import Scheduler
 from slurm_rl.simulator.world import SimActuator, TraceSource
@@ -128,3 +135,24 @@ def test_rwgp_does_not_pin_a_gang_where_it_would_keep_slurm_from_starting_it():
     assert placement is not None and placement.nodes[0].startswith("k80")
     whole = job("whole", 0.0, 24, 10.0)  # the rest could never hold it: nothing is excluded
     assert rwgp.exclusions(whole, snapshot) == ()
+
+
+def test_in_a_backlog_rwgp_lets_gangs_that_fit_a_node_take_slow_nodes():
+    cluster = mixed_cluster()
+    config = PlacementConfig(exclusion_backlog_s=300.0, exclusion_backlog_memory_s=3600.0)
+    rwgp = RwgpPlacement(SPEEDS, config)
+    only_k80_free = (0, 0, 8, 8)
+    slow = ("k80-0", "k80-1")
+    gang, spans = job("gang", 0.0, 2, 10.0), job("spans", 0.0, 12, 10.0)
+    calm = ClusterSnapshot(1000.0, cluster, only_k80_free, (job("fresh", 900.0, 1, 10.0),))
+    rwgp.observe(calm)
+    assert rwgp.exclusions(gang, calm) == slow
+    assert rwgp.place(gang, only_k80_free, calm) is None
+    waiting = job("waiting", 0.0, 1, 10.0)  # a single-GPU job 20 min pending: all GPUs taken
+    backlog = ClusterSnapshot(1200.0, cluster, (0, 0, 0, 0), (waiting, gang, spans))
+    assert rwgp.exclusions(gang, backlog) == ()
+    assert rwgp.exclusions(spans, backlog) == slow  # a spanning gang waits for good
+    later = ClusterSnapshot(4000.0, cluster, only_k80_free, (gang,))
+    placement = rwgp.place(gang, only_k80_free, later)  # the backlog is remembered an hour
+    assert placement is not None and placement.nodes[0].startswith("k80")
+    assert rwgp.exclusions(gang, ClusterSnapshot(5000.0, cluster, only_k80_free, ())) == slow

@@ -33,18 +33,23 @@ mode (the set starts at once) and ``slurm`` mode, and live, where the actuator t
 ``ReqNodeList=<the set> NumNodes=N-N``.
 
 **Exclusions.** A released job the agent could not place (no GPUs free at the decision) is
-started by Slurm's own choice when GPUs free between decisions. For a gang
-(``num_gpus ≥ exclusion_min_gpus``, 2; or, with ``None``, only a gang that must span nodes:
-more GPUs than the largest node holds, or a fixed shape of two nodes or more) the agent names
-the nodes Slurm must keep it off
-(``ExcNodeList``): those whose risk-adjusted pace ``v_i (E[f_i] − κ sd[f_i])`` is below
-``ρ`` times the best such pace among the nodes the job may use, and it never pins such a gang
-there itself. A spanning gang runs at its slowest member's pace, so one K80 (a seventh of an
-A100) or one straggler in a 16-GPU set slows all 16 and holds the fast members hostage;
-waiting for a faster node costs less. Single-GPU jobs are never excluded: in a backlog that
-leaves the slowest GPUs idle (measured worse). Which gangs to exclude depends on the load
-(docs/placement-agent.md §6): all of them wins while queues are short, only spanning ones in
-a backlog; the default is the former.
+started by Slurm's own choice when GPUs free between decisions. For a gang the agent names the
+nodes Slurm must keep it off (``ExcNodeList``): those whose risk-adjusted pace
+``v_i (E[f_i] − κ sd[f_i])`` is below ``ρ`` times the best such pace among the nodes the job
+may use, and it never pins such a gang there itself. A spanning gang runs at its slowest
+member's pace, so one K80 (a seventh of an A100) or one straggler in a 16-GPU set slows all 16
+and holds the fast members hostage; waiting for a faster node costs less. Which gangs:
+
+* a gang that must span nodes (more GPUs than the largest node, or two nodes or more asked
+  for): always;
+* a gang of ``exclusion_min_gpus`` (2) or more that fits one node: unless the cluster is in a
+  **backlog** — a job too small to be excluded has waited ``exclusion_backlog_s`` (5 min)
+  within the last ``exclusion_backlog_memory_s`` (a day). Such a job could start on any free
+  GPU, so every GPU was taken, slow ones included: the slow nodes will be used anyway, and a
+  gang slowed on one of them delays one job where the same GPU-hours slow many single-GPU
+  jobs. While queues are short, the gang waits a little for a fast node instead of running
+  5–8× slower (measured: docs/placement-agent.md §6);
+* single-GPU jobs: never (measured worse: in a backlog it leaves the slowest GPUs idle).
 """
 
 from __future__ import annotations
@@ -93,6 +98,10 @@ class PlacementConfig:
     exclusion_ratio: float = 0.25  # ρ: keep a gang off nodes under ρ × its best pace (0: off)
     # the smallest job excluded from slow nodes; None: only gangs that must span nodes
     exclusion_min_gpus: int | None = 2
+    # a smaller job pending this long means every GPU is taken: then gangs that fit one node
+    # may take slow nodes too (module docstring); None: never
+    exclusion_backlog_s: float | None = 300.0
+    exclusion_backlog_memory_s: float = 86_400.0  # a backlog seen this recently still counts
     # "auto": learn from finished jobs' runtimes only while no measured speeds arrive (live)
     runtime_readings: Literal["auto", "always", "never"] = "auto"
     threads: int | None = 1  # torch threads; one is fastest when replays share the cores
@@ -202,6 +211,8 @@ class RwgpPlacement:
         self._views: dict[str, tuple[Prediction, _NodeView]] = {}
         self._slow: dict[tuple[str, str | None], tuple[_NodeView, _SlowNodes]] = {}
         self._runtimes = RuntimeReference()
+        self._backlog_of: ClusterSnapshot | None = None
+        self._backlog_seen = -math.inf
         self._measured = False
 
     # ----- learning --------------------------------------------------------------------
@@ -251,13 +262,15 @@ class RwgpPlacement:
     def exclusions(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, ...]:
         """Nodes Slurm must keep ``job`` off if it starts it (module docstring)."""
         view = self._view(self._model_for(snapshot.cluster), job.model_family)
-        slow = self._too_slow(job, view)
+        slow = self._too_slow(job, view, snapshot)
         return () if slow is None else slow.names
 
-    def _too_slow(self, job: Job, view: _NodeView) -> _SlowNodes | None:
-        """The nodes too slow for ``job`` (module docstring); None when it is no gang, none
-        is, or the rest could never hold it."""
-        if self.config.exclusion_ratio <= 0 or not self._excludable(job):
+    def _too_slow(
+        self, job: Job, view: _NodeView, snapshot: ClusterSnapshot
+    ) -> _SlowNodes | None:
+        """The nodes too slow for ``job`` (module docstring); None when it is no gang (or, in a
+        backlog, one that fits a node), none is, or the rest could never hold it."""
+        if self.config.exclusion_ratio <= 0 or not self._excludable(job, snapshot):
             return None
         key = (job.model_family, job.gpu_type)
         cached = self._slow.get(key)
@@ -267,10 +280,28 @@ class RwgpPlacement:
         slow = cached[1]
         return slow if slow.names and slow.capacity_left >= job.num_gpus else None
 
-    def _excludable(self, job: Job) -> bool:
+    def _excludable(self, job: Job, snapshot: ClusterSnapshot) -> bool:
+        if self._must_span(job):
+            return True
         minimum = self.config.exclusion_min_gpus
-        if minimum is not None:
-            return job.num_gpus >= minimum
+        return minimum is not None and job.num_gpus >= minimum and not self._backlog(snapshot)
+
+    def _backlog(self, snapshot: ClusterSnapshot) -> bool:
+        """Whether, within ``exclusion_backlog_memory_s``, a job too small to be excluded has
+        waited ``exclusion_backlog_s``: it could start on any free GPU, so every GPU, slow
+        ones included, was taken."""
+        patience, minimum = self.config.exclusion_backlog_s, self.config.exclusion_min_gpus
+        if patience is None or minimum is None:
+            return False
+        if self._backlog_of is not snapshot:
+            columns = snapshot.columns
+            waited = (snapshot.time - columns.submit_time > patience) & (columns.num_gpus < minimum)
+            if waited.any():
+                self._backlog_seen = snapshot.time
+            self._backlog_of = snapshot
+        return snapshot.time - self._backlog_seen <= self.config.exclusion_backlog_memory_s
+
+    def _must_span(self, job: Job) -> bool:
         assert self._nodes is not None
         return (job.num_nodes or 1) > 1 or job.num_gpus > self._nodes.largest
 
@@ -313,7 +344,7 @@ class RwgpPlacement:
         assert self._nodes is not None
         free = np.asarray(free_gpus, dtype=np.int64)
         view = self._view(model, job.model_family)
-        cost = self._node_cost(job, free, view)
+        cost = self._node_cost(job, free, view, snapshot)
         sets = candidate_sets(job, self._nodes.table, free, cost, self.config.limits)
         free_list = free.tolist()
         family = job.model_family
@@ -347,7 +378,9 @@ class RwgpPlacement:
         self._speeds[family] = speed
         return speed
 
-    def _node_cost(self, job: Job, free: NDArray[np.int64], view: _NodeView) -> FloatArray:
+    def _node_cost(
+        self, job: Job, free: NDArray[np.int64], view: _NodeView, snapshot: ClusterSnapshot
+    ) -> FloatArray:
         """The score of running the whole job on each node alone (``inf`` where it may not
         run): the order in which candidate sets take nodes."""
         assert self._nodes is not None
@@ -360,7 +393,7 @@ class RwgpPlacement:
             wanted = job.gpu_type.lower()
             allowed = np.array([name == wanted for name in self._nodes.table.type_names])
             cost = np.where(allowed[self._nodes.table.type_id], cost, np.inf)
-        slow = self._too_slow(job, view)
+        slow = self._too_slow(job, view, snapshot)
         if slow is not None:
             cost = np.where(slow.mask, np.inf, cost)  # it waits for a faster node instead
         return cost
