@@ -4,12 +4,12 @@ multifactor priority. Higher score = released first."""
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import defaultdict, deque
+from statistics import median
 
 import numpy as np
 
 from slurm_rl.agents.base import Scores
-from slurm_rl.agents.durations import DurationHistory, account_of
 from slurm_rl.core import ClusterSnapshot, Job
 
 
@@ -39,21 +39,57 @@ class SjfOracle:
         return -np.where(np.isnan(durations), math.inf, durations)
 
 
+def account_of(job: Job) -> str:
+    """The fair-share account: the user, or the partition (a Philly virtual cluster) when a
+    trace has no users."""
+    return job.user or job.partition or "-"
+
+
 class Qssf:
-    """Quasi-shortest-service-first (Hu et al., SC '21): priority by predicted GPU-time, the
-    duration predicted from the history of similar finished jobs
-    (:class:`~slurm_rl.agents.durations.DurationHistory`)."""
+    """Quasi-shortest-service-first (Hu et al., SC '21): priority by predicted GPU-time.
+
+    Helios predicts a job's duration from the history of similar jobs; ours is the median
+    run time of the same account's last ``history`` finished jobs of the same GPU count, then of
+    any size, then of the whole cluster, then ``default_duration_s``. It learns only from
+    finished jobs in the snapshots, as a real cluster would.
+    """
 
     name = "qssf"
 
     def __init__(self, history: int = 20, default_duration_s: float = 3600.0) -> None:
-        self._durations = DurationHistory(history, default_duration_s)
+        self._history = history
+        self._default = default_duration_s
+        self._by_key: dict[tuple[str, int], deque[float]] = defaultdict(self._new)
+        self._by_account: dict[str, deque[float]] = defaultdict(self._new)
+        self._all: deque[float] = deque(maxlen=history * 10)
+        self._cache: dict[tuple[str, int], float] = {}
+
+    def _new(self) -> deque[float]:
+        return deque(maxlen=self._history)
 
     def observe(self, snapshot: ClusterSnapshot) -> None:
-        self._durations.observe(snapshot.finished)
+        for done in snapshot.finished:
+            runtime = done.end_time - done.start_time
+            account = account_of(done.job)
+            self._by_key[(account, done.job.num_gpus)].append(runtime)
+            self._by_account[account].append(runtime)
+            self._all.append(runtime)
+        if snapshot.finished:
+            self._cache.clear()
 
     def predicted_duration(self, job: Job) -> float:
-        return self._durations.predicted(job)
+        key = (account_of(job), job.num_gpus)
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = self._predict(key)
+            self._cache[key] = cached
+        return cached
+
+    def _predict(self, key: tuple[str, int]) -> float:
+        for history in (self._by_key.get(key), self._by_account.get(key[0]), self._all):
+            if history:
+                return float(median(history))
+        return self._default
 
     def score(self, snapshot: ClusterSnapshot) -> Scores:
         return [-job.num_gpus * self.predicted_duration(job) for job in snapshot.pending]

@@ -37,7 +37,7 @@ from typing import TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from slurm_rl.agents.durations import account_of
+from slurm_rl.agents.ordering_baselines import account_of
 from slurm_rl.core import Cluster, ClusterSnapshot, FinishedJob, Job, JobId
 from slurm_rl.stats import RunningMoments
 
