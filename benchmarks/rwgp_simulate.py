@@ -10,8 +10,8 @@ Variants (see :func:`rwgp`): ``rwgp`` (datasheet GPU speeds, like fastest-GPU; �
 ``rwgp-measured`` (measured per-family speeds and spread penalties), and suffixes such as
 ``-fee0.2`` (λ per $, as in the reward −(JCT h + λ·fees)), ``-pack0.1``, ``-risk0.5``,
 ``-excl0.25`` (ρ, 0: no exclusions), ``-min1`` (the smallest job excluded from slow nodes),
-``-backlog600`` (seconds a smaller job waits before gangs that fit one node may take slow
-nodes).
+``-backlog300-memory24`` (the backlog rule: seconds a single-GPU job waits before gangs that
+fit one node may take slow nodes, hours that backlog is remembered).
 Usage: python benchmarks/rwgp_simulate.py --window 2017-10-01:2017-10-15 [--mode slurm]
 """
 

@@ -9,14 +9,7 @@ import pytest
 from slurm_rl.agents.ordering_baselines import Fifo
 from slurm_rl.agents.placement_baselines import FirstFit
 from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
-from slurm_rl.core import (
-    Cluster,
-    ClusterSnapshot,
-    Decision,
-    Job,
-    Node,
-    Placement,
-)
+from slurm_rl.core import Cluster, ClusterSnapshot, Decision, Job, Node, Placement
 from slurm_rl.loop import run_loop
 from slurm_rl.scheduler import Scheduler
 from slurm_rl.simulator.world import SimActuator, TraceSource

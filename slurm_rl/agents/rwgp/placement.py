@@ -290,12 +290,12 @@ class RwgpPlacement:
         """Whether, within ``exclusion_backlog_memory_s``, a job too small to be excluded has
         waited ``exclusion_backlog_s``: it could start on any free GPU, so every GPU, slow
         ones included, was taken."""
-        patience, minimum = self.config.exclusion_backlog_s, self.config.exclusion_min_gpus
-        if patience is None or minimum is None:
+        wait, minimum = self.config.exclusion_backlog_s, self.config.exclusion_min_gpus
+        if wait is None or minimum is None:
             return False
         if self._backlog_of is not snapshot:
             columns = snapshot.columns
-            waited = (snapshot.time - columns.submit_time > patience) & (columns.num_gpus < minimum)
+            waited = (snapshot.time - columns.submit_time > wait) & (columns.num_gpus < minimum)
             if waited.any():
                 self._backlog_seen = snapshot.time
             self._backlog_of = snapshot
