@@ -91,6 +91,12 @@ def main() -> None:
 @click.option("--cycle", "cycle_s", default=10.0, show_default=True,
               type=click.FloatRange(min=0.0), help="Seconds between decisions.")
 @click.option("--no-fluctuation", is_flag=True, help="Machines keep their nominal speed.")
+@click.option("--checkpointable", is_flag=True,
+              help="Every job checkpoints and may be requeued: placements that move running "
+                   "jobs (rwgp, the dual agent) may migrate them to faster nodes.")
+@click.option("--restart-overhead", "restart_overhead_s", default=300.0, show_default=True,
+              type=click.FloatRange(min=0.0),
+              help="Seconds of work a migrated job loses (since its checkpoint, and reloading).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--fee-weight", "fee_weight", default=None, type=click.FloatRange(min=0.0),
               help="λ per $ in the reward −(JCT h + λ·fees), for placements that take one "

@@ -89,6 +89,9 @@ class Job:
     shape, as with Slurm's ``--gpus=N``). ``oracle_duration`` is the run time on the trace's
     reference hardware; only the simulator knows it, and a policy that reads it is an oracle.
     ``model_family`` is the job class the performance model uses (empty when unknown, live).
+    ``checkpointable``: the job saves checkpoints and agreed to be requeued, so a scheduler may
+    move it while it runs (:attr:`Decision.migrations`); live it opts in, in a replay the
+    scenario says.
     """
 
     job_id: JobId
@@ -102,6 +105,7 @@ class Job:
     time_limit: float | None = None
     model_family: str = ""
     oracle_duration: float | None = None
+    checkpointable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +143,9 @@ def placement_fits_shape(job: Job, placement: Placement) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class RunningJob:
+    """A started job; ``start_time`` is when it started on ``placement`` (after a migration,
+    when it restarted there)."""
+
     job: Job
     start_time: float
     placement: Placement
@@ -244,6 +251,9 @@ class Decision:
     released job *without* a placement, nodes the resource manager must not give it (Slurm's
     ``ExcNodeList``): when GPUs free between two decisions, Slurm's own choice then stays off
     nodes the placement judged far too slow for it. Actuators ignore it for a placed job.
+    ``migrations`` moves running, checkpointable jobs: each is requeued (it restarts from its
+    last checkpoint) and pinned to the given node set, which must be free now and not given to
+    a placement of this decision.
     """
 
     policy_id: str
@@ -252,9 +262,11 @@ class Decision:
     scores: tuple[float, ...] = ()
     holds: tuple[JobId, ...] = ()
     exclusions: Mapping[JobId, tuple[str, ...]] = field(default_factory=dict)
+    migrations: Mapping[JobId, Placement] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "placements", FrozenDict(self.placements))
         object.__setattr__(self, "exclusions", FrozenDict(self.exclusions))
+        object.__setattr__(self, "migrations", FrozenDict(self.migrations))
         if self.scores and len(self.scores) != len(self.ranking):
             raise ValueError("scores must be empty or aligned with ranking")

@@ -10,6 +10,7 @@
 * fees = Σ GPUs × run time × price of the GPU type per hour.
 * JCT lower bound = mean over jobs of the run time on the fastest GPUs the job can use,
   alone, consolidated, on healthy machines, starting at submit: no schedule can beat it.
+* migrations = how many times running jobs were requeued and restarted elsewhere.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class ScheduleMetrics:
     total_fees: float
     gpu_hours: float
     jct_lower_bound_s: float
+    migrations: int = 0
 
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)
@@ -68,6 +70,7 @@ def compute_metrics(
         total_fees=float(sum(o.fee for o in outcomes)),
         gpu_hours=float(gpu_seconds / 3600.0),
         jct_lower_bound_s=float(np.mean([o.best_runtime for o in outcomes])),
+        migrations=sum(o.restarts for o in outcomes),
     )
 
 

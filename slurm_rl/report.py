@@ -31,6 +31,7 @@ COLUMNS = (
     ("GPU util", "gpu_utilisation"),
     ("fees $", "total_fees"),
     ("JCT/LB", "lb_ratio"),
+    ("moves", "migrations"),
 )
 
 
@@ -56,6 +57,7 @@ def _row(result: ReplayResult) -> dict[str, str]:
         "gpu_utilisation": f"{m.gpu_utilisation:.1%}",
         "total_fees": f"{m.total_fees:,.0f}",
         "lb_ratio": f"{m.avg_jct_s / m.jct_lower_bound_s:.2f}",
+        "migrations": f"{m.migrations:,}",
     }
 
 

@@ -29,6 +29,8 @@ class Scenario:
     fluctuation: bool = True
     measure_from: float | None = None  # jobs submitted earlier only warm the cluster up
     request_shape: Literal["per-node", "flexible"] = "per-node"
+    # every job saves checkpoints and may be requeued to move it (Job.checkpointable)
+    checkpointable: bool = False
 
     def measured(self, outcomes: Sequence[JobOutcome]) -> list[JobOutcome]:
         start = self.measure_from
@@ -57,6 +59,8 @@ class Scenario:
         if self.request_shape == "per-node":
             submitted = tuple(as_submitted(job, max(sizes[None])) for job in submitted)
         jobs = [job for job in submitted if can_ever_run(job, sizes)]
+        if self.checkpointable:
+            jobs = [replace(job, checkpointable=True) for job in jobs]
         return jobs, len(self.trace.jobs) - len(jobs)
 
 

@@ -5,7 +5,9 @@ that ranking, the placement policy proposes a node set for each job that fits in
 free in this decision. ``walk="strict"`` stops at the first job that does not fit (a job never
 starts before a higher-ranked one); ``walk="greedy"`` carries on down the ranking. A placement
 that can also exclude nodes (:class:`~slurm_rl.agents.base.ExcludingPlacement`) is asked, for
-each released job it did not place, which nodes Slurm must keep that job off.
+each released job it did not place, which nodes Slurm must keep that job off. One that can
+move running jobs (:class:`~slurm_rl.agents.base.MigratingPlacement`) is then offered the GPUs
+no placement took — also when nothing is pending, since that is when fast nodes sit idle.
 """
 
 from __future__ import annotations
@@ -15,7 +17,12 @@ from typing import Literal
 
 import numpy as np
 
-from slurm_rl.agents.base import ExcludingPlacement, OrderingPolicy, PlacementPolicy
+from slurm_rl.agents.base import (
+    ExcludingPlacement,
+    MigratingPlacement,
+    OrderingPolicy,
+    PlacementPolicy,
+)
 from slurm_rl.core import ClusterSnapshot, Decision, Job, JobId, Placement
 
 Walk = Literal["strict", "greedy"]
@@ -47,19 +54,28 @@ class Scheduler:
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         self.ordering.observe(snapshot)
         self.placement.observe(snapshot)
+        free = list(snapshot.free_gpus)
         if not snapshot.pending:
-            return Decision(self.policy_id, ranking=())
+            return Decision(self.policy_id, ranking=(), migrations=self._moves(snapshot, free))
         scores = np.asarray(self.ordering.score(snapshot), dtype=float)
         order = top_k_order(scores, self.max_ranked)
         jobs = [snapshot.pending[i] for i in order]
         ranking = tuple(map(_job_id, jobs))
-        placements = self._place(snapshot, jobs)
+        placements = self._place(snapshot, jobs, free)
         exclusions = self._exclusions(snapshot, jobs, placements)
         return Decision(self.policy_id, ranking, placements, tuple(scores[order].tolist()),
-                        exclusions=exclusions)
+                        exclusions=exclusions, migrations=self._moves(snapshot, free))
 
-    def _place(self, snapshot: ClusterSnapshot, jobs: list[Job]) -> dict[JobId, Placement]:
-        free = list(snapshot.free_gpus)
+    def _moves(self, snapshot: ClusterSnapshot, free: list[int]) -> dict[JobId, Placement]:
+        """Running jobs the placement moves into the GPUs left in ``free``."""
+        if not isinstance(self.placement, MigratingPlacement) or not any(free):
+            return {}
+        return self.placement.migrations(snapshot, free)
+
+    def _place(
+        self, snapshot: ClusterSnapshot, jobs: list[Job], free: list[int]
+    ) -> dict[JobId, Placement]:
+        """Node sets for ``jobs`` in ranking order; takes their GPUs from ``free``."""
         available = sum(free)
         placements: dict[JobId, Placement] = {}
         cluster = snapshot.cluster

@@ -50,9 +50,10 @@ def build_scenario(options: dict[str, Any]) -> Scenario:
         skip_bad_rows=options["skip_bad_rows"],
         warmup_days=options["warmup_days"],
     )
-    config = SimConfig(mode=options["mode"], cycle_s=options["cycle_s"], seed=options["seed"])
+    config = SimConfig(mode=options["mode"], cycle_s=options["cycle_s"], seed=options["seed"],
+                       restart_overhead_s=options.get("restart_overhead_s") or 300.0)
     return Scenario(spec=spec, trace=trace, sim=config, fluctuation=not options["no_fluctuation"],
-                    measure_from=measure_from)
+                    measure_from=measure_from, checkpointable=bool(options.get("checkpointable")))
 
 
 def policy_names(text: str | None) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from slurm_rl.core import ClusterSnapshot, Job, Placement
+from slurm_rl.core import ClusterSnapshot, Job, JobId, Placement
 
 #: One score per pending job: a list, or an array for policies that score with array maths.
 Scores = Sequence[float] | npt.NDArray[np.float64]
@@ -57,4 +57,16 @@ class ExcludingPlacement(PlacementPolicy, Protocol):
 
     def exclusions(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, ...]:
         """Names of nodes ``job`` must not start on (empty: no constraint)."""
+        ...
+
+
+@runtime_checkable
+class MigratingPlacement(PlacementPolicy, Protocol):
+    """A placement that also moves running jobs: a checkpointable job on nodes far slower than
+    ones left free after this decision's placements is requeued and restarted there."""
+
+    def migrations(
+        self, snapshot: ClusterSnapshot, free_gpus: Sequence[int]
+    ) -> dict[JobId, Placement]:
+        """Running jobs to move and the node sets (within ``free_gpus``) to move them to."""
         ...

@@ -54,6 +54,9 @@ class DaemonConfig(BaseModel):
     defer_window_s: int = Field(default=10, ge=1)
     defer_extension_s: float = Field(default=30.0, gt=0)
     defer_cap_s: float = Field(default=600.0, ge=0)
+    # Move running jobs that opted in (docs/daemon.md); off unless the admin turns it on.
+    migrate: bool = False
+    max_migrations_per_cycle: int = Field(default=2, ge=1)
     slurm_timeout_s: float = Field(default=15.0, gt=0)  # every squeue/sinfo/scontrol call
     slurm_conf: Path | None = None  # SLURM_CONF for the Slurm commands
     jobcomp_path: Path | None = None  # JobCompLoc of jobcomp/filetxt: outcomes squeue forgot

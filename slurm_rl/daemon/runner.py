@@ -210,6 +210,8 @@ class Daemon:
             mode=Mode(config.actuator_mode),
             defer_extension_s=config.defer_extension_s,
             defer_cap_s=config.defer_cap_s,
+            migrate=config.migrate,
+            max_migrations=config.max_migrations_per_cycle,
         )
         actuator = SlurmActuator(client, actuator_config, source=source, clock=self._clock,
                                  recall=self._recall_for(source))

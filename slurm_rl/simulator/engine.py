@@ -17,7 +17,7 @@ import heapq
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -59,6 +59,8 @@ class SimConfig:
     plugin defers a new job for the daemon to decide on it. ``hold_cap_s``: the longest the
     daemon may hold a job back after submit before it is left to Slurm. ``slurm_queue_depth``:
     how many queued jobs one emulated scheduling pass looks at (Slurm's ``bf_max_job_test``).
+    ``restart_overhead_s``: what a migrated job loses, in seconds of work on the trace's
+    reference hardware: the work since its last checkpoint plus loading it again.
     """
 
     mode: ActionMode = "direct"
@@ -68,6 +70,7 @@ class SimConfig:
     slurm_queue_depth: int = 500
     observations: bool = True
     observation_noise: float = 0.02
+    restart_overhead_s: float = 300.0
     seed: int = 0
 
 
@@ -95,6 +98,16 @@ class _Run:
         changed = rate != self.rate or self.version == 0
         self.rate = rate
         return changed
+
+
+@dataclass(eq=False)
+class _EarlierRuns:
+    """What a migrated job's earlier runs used, so its outcome counts every run."""
+
+    first_start: float
+    fee: float = 0.0
+    restarts: int = 0
+    gpu_seconds: dict[str, float] = field(default_factory=dict)
 
 
 class Simulation:
@@ -125,6 +138,9 @@ class Simulation:
         self._slurm_dirty = False
         self._running: dict[JobId, _Run] = {}
         self._running_records: dict[JobId, RunningJob] = {}
+        self._earlier: dict[JobId, _EarlierRuns] = {}
+        self._movable = 0  # running jobs that are checkpointable: worth a decision when idle
+        self._versions = 0  # finish events name a run version; unique across runs and restarts
         self._shapes: dict[JobId, RunningShape] = {}  # what backfill plans with, per running job
         self._events: list[tuple[float, int, int, object]] = []
         self._seq = 0
@@ -249,7 +265,7 @@ class Simulation:
 
     def _wants_decision(self) -> bool:
         if not self._pending:
-            return False
+            return self._movable > 0 and any(self._free)
         return self.config.mode == "slurm" or any(self._free)
 
     def _align(self, t: float) -> float:
@@ -265,14 +281,18 @@ class Simulation:
     # ----- starting, progressing and finishing jobs --------------------------------------
 
     def _start(self, job: Job, placement: Placement) -> None:
-        nodes = tuple(self.cluster.index(n) for n in placement.nodes)
-        for i, gpus in zip(nodes, placement.gpus, strict=True):
-            self._free[i] -= gpus
-            self._fee_rate += gpus * self.cluster.nodes[i].price_per_gpu_hour / 3600.0
         del self._pending[job.job_id]
         self._columns.pending[self._columns.index[job.job_id]] = False
         self._slurm.forget(job.job_id)
         work = job.oracle_duration if job.oracle_duration is not None else 0.0
+        self._launch(job, placement, work)
+
+    def _launch(self, job: Job, placement: Placement, work: float) -> None:
+        nodes = tuple(self.cluster.index(n) for n in placement.nodes)
+        for i, gpus in zip(nodes, placement.gpus, strict=True):
+            self._free[i] -= gpus
+            self._fee_rate += gpus * self.cluster.nodes[i].price_per_gpu_hour / 3600.0
+        self._movable += job.checkpointable
         family = job.model_family
         speeds = self._speed.member_speeds(family, nodes)
         run = _Run(
@@ -293,41 +313,67 @@ class Simulation:
         self._refresh([run, *affected], colocation=True)
 
     def _finish(self, run: _Run) -> None:
+        self._release(run)
+        earlier = self._earlier.pop(run.job.job_id, None)
+        # As Slurm reports a requeued job: started when its last run did.
+        finished = FinishedJob(run.job, run.start, self.now, run.record.placement)
+        self._new_finished.append(finished)
+        self._observe(run)
+        self.outcomes.append(self._outcome(run, earlier))
+        self._refresh(self._neighbours(run.nodes), colocation=True)
+
+    def _release(self, run: _Run) -> None:
+        """Stop ``run`` now: its GPUs free up, its fees stop."""
         self._progress(run)
         del self._running[run.job.job_id]
         del self._running_records[run.job.job_id]
         del self._shapes[run.job.job_id]
         self._slurm_dirty = True
+        self._movable -= run.job.checkpointable
         for i, gpus in zip(run.nodes, run.gpus, strict=True):
             self._free[i] += gpus
             self._fee_rate -= gpus * self.cluster.nodes[i].price_per_gpu_hour / 3600.0
             self._node_jobs[i].discard(run.job.job_id)
-        placement = run.record.placement
-        finished = FinishedJob(run.job, run.start, self.now, placement)
-        self._new_finished.append(finished)
-        self._observe(run)
-        self.outcomes.append(self._outcome(run))
-        self._refresh(self._neighbours(run.nodes), colocation=True)
 
-    def _outcome(self, run: _Run) -> JobOutcome:
-        runtime = self.now - run.start
-        nodes = [self.cluster.nodes[i] for i in run.nodes]
-        gpu_seconds = {n.gpu_type: 0.0 for n in nodes}
-        fee = 0.0
-        for node, gpus in zip(nodes, run.gpus, strict=True):
-            gpu_seconds[node.gpu_type] += gpus * runtime
+    def _migrate(self, job_id: JobId, placement: Placement) -> None:
+        """Requeue a running, checkpointable job and restart it on ``placement`` (free now),
+        with the work since its last checkpoint lost (``restart_overhead_s``)."""
+        run = self._running.get(job_id)
+        if run is None or not run.job.checkpointable or not self._fits_now(run.job, placement):
+            self.rejected_actions += 1
+            return
+        self._release(run)
+        earlier = self._earlier.setdefault(job_id, _EarlierRuns(run.start))
+        earlier.restarts += 1
+        earlier.fee += self._charge(run, earlier.gpu_seconds)
+        self._refresh(self._neighbours(run.nodes), colocation=True)
+        self._launch(run.job, placement, run.remaining + self.config.restart_overhead_s)
+
+    def _charge(self, run: _Run, gpu_seconds: dict[str, float]) -> float:
+        """The fee of ``run`` from its start to now; adds its GPU-seconds per type."""
+        runtime, fee = self.now - run.start, 0.0
+        for i, gpus in zip(run.nodes, run.gpus, strict=True):
+            node = self.cluster.nodes[i]
+            gpu_seconds[node.gpu_type] = gpu_seconds.get(node.gpu_type, 0.0) + gpus * runtime
             fee += gpus * runtime * node.price_per_gpu_hour / 3600.0
+        return fee
+
+    def _outcome(self, run: _Run, earlier: _EarlierRuns | None) -> JobOutcome:
+        earlier = earlier or _EarlierRuns(run.start)
+        gpu_seconds = dict(earlier.gpu_seconds)
+        fee = earlier.fee + self._charge(run, gpu_seconds)
         best = self._speed.best_rate(run.job, self.cluster)
         work = run.job.oracle_duration or 0.0
         return JobOutcome(
             job=run.job,
-            start=run.start,
+            start=earlier.first_start,
             end=self.now,
-            nodes=tuple(n.name for n in nodes),
+            nodes=run.record.placement.nodes,
             gpus=run.gpus,
             gpu_seconds=gpu_seconds,
             fee=fee,
-            best_runtime=work / best if best > 0 else runtime,
+            best_runtime=work / best if best > 0 else self.now - earlier.first_start,
+            restarts=earlier.restarts,
         )
 
     def _neighbours(self, nodes: tuple[int, ...]) -> list[_Run]:
@@ -350,7 +396,8 @@ class Simulation:
                 run.health = self._speed.health_factor(run.speeds, run.nodes)
             if not run.refresh_rate():
                 continue  # its finish event still holds
-            run.version += 1
+            self._versions += 1
+            run.version = self._versions
             end = self.now + (run.remaining / run.rate if run.rate > 0 else math.inf)
             self._push(end, _FINISH, (run.job.job_id, run.version))
 
@@ -420,6 +467,11 @@ class Simulation:
                 self._start(job, placement)
             else:
                 self.rejected_actions += 1
+        self._apply_migrations(decision)
+
+    def _apply_migrations(self, decision: Decision) -> None:
+        for job_id, placement in decision.migrations.items():
+            self._migrate(job_id, placement)
 
     def _fits_now(self, job: Job, placement: Placement) -> bool:
         if not valid_pin(job, placement, self.cluster):
@@ -437,6 +489,7 @@ class Simulation:
         }
         self._slurm.set_levers(decision.ranking, pins, self._exclusions(decision, pins))
         self._hold(decision.holds)
+        self._apply_migrations(decision)  # before Slurm's pass could give their nodes away
         self._slurm_dirty = True
         self._slurm_pass()
 

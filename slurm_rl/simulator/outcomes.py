@@ -13,7 +13,9 @@ class JobOutcome:
     """A finished job with everything the metrics need.
 
     ``best_runtime`` is the job's run time on the fastest GPUs it could use, alone,
-    consolidated and on healthy machines: the per-job term of the JCT lower bound.
+    consolidated and on healthy machines: the per-job term of the JCT lower bound. A job that
+    was migrated ``restarts`` times started first at ``start`` and ended on ``nodes``;
+    ``gpu_seconds`` and ``fee`` count all its runs.
     """
 
     job: Job
@@ -24,6 +26,7 @@ class JobOutcome:
     gpu_seconds: Mapping[str, float]
     fee: float
     best_runtime: float
+    restarts: int = 0
 
     @property
     def jct(self) -> float:

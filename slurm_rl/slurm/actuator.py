@@ -8,7 +8,8 @@
   decision's exclusion as ``ExcNodeList`` (under the safety rules of
   :mod:`slurm_rl.slurm.exclusion`: never a user's own, never one that strands the job); a
   held job's deferral is extended to ``now + extension`` but never past ``submit + cap``,
-  after which Slurm decides.
+  after which Slurm decides. With ``migrate`` on, the decision's migrations of running jobs
+  that opted in are requeued and pinned to their new nodes (:mod:`slurm_rl.slurm.migration`).
 
 Updates are skipped when Slurm already shows the wanted value, and jobs that get the same
 change share one ``scontrol update JobId=a,b,c`` call. Errors (job vanished, permission
@@ -32,6 +33,7 @@ from slurm_rl.core import Decision, Placement
 from slurm_rl.slurm.client import SlurmClient, update_argv
 from slurm_rl.slurm.deferral import deferred_until
 from slurm_rl.slurm.exclusion import EXC, node_set, plan_exclusion, stale_exclusions
+from slurm_rl.slurm.migration import RELEASE, Move, Refusal, plan_moves, release_when_pending
 from slurm_rl.slurm.priority import assign_priorities
 from slurm_rl.slurm.proc import CommandResult, is_unreachable
 from slurm_rl.slurm.records import SlurmJob
@@ -61,6 +63,9 @@ class ActuatorConfig:
     # A held job's deferral is extended once less than this is left of it.
     renew_margin_s: float = 10.0
     priority_floor: int = 1000
+    migrate: bool = False  # requeue and re-pin the running jobs a decision moves (opt-in jobs)
+    max_migrations: int = 2  # per cycle
+    restart_wait_s: float = 3.0  # how long a move waits for its requeued job to be pending
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +87,10 @@ class JobOutcome:
 
     ``kind``: place, exclude, release, prioritize, defer, unexclude (a call was planned;
     ``exclude``: an unplaced job gets an ``ExcNodeList``, ``unexclude``: only the
-    actuator's own ``ExcNodeList`` is cleared); unchanged (Slurm already had it);
-    left_to_slurm (deferral cap reached); not_pending (ranked but no longer pending).
+    actuator's own ``ExcNodeList`` is cleared); migrate (a running job requeued and pinned
+    elsewhere); unchanged (Slurm already had it); left_to_slurm (deferral cap reached);
+    not_pending (ranked but no longer pending); not_running, not_movable, over_cap (a move
+    refused).
     ``error_kind``: vanished, permission, rejected, timeout, unreachable. ``note``: why part
     of the decision was not applied (e.g. a user's own ``--exclude`` left alone).
     """
@@ -370,6 +377,8 @@ class SlurmActuator:
         self._excluded_by_us: dict[str, frozenset[str]] = {}
         # Jobs whose unknown ExcNodeList ``recall`` was asked about (not asked again).
         self._recalled: set[str] = set()
+        # Jobs requeued to move that were still completing when last looked at.
+        self._restarting: set[str] = set()
 
     @property
     def mode(self) -> Mode:
@@ -392,8 +401,64 @@ class SlurmActuator:
                 outcome = dataclasses.replace(outcome, note=planned.notes.get(outcome.job_id, ""))
                 outcomes[outcome.job_id] = outcome
                 self._remember(outcome, update)
+        self._release_restarted(decision, state, outcomes, commands)
+        self._move(decision, state, outcomes, commands)
         ordered = tuple(outcomes[j] for j in sorted(outcomes, key=_order_key(decision)))
         return ActuationReport(self.mode, state.time, decision.policy_id, ordered, tuple(commands))
+
+    def _move(self, decision: Decision, state: SlurmState, outcomes: dict[str, JobOutcome],
+              commands: list[CommandResult]) -> None:
+        """Requeue and re-pin the running jobs the decision moves (only when enabled)."""
+        if not (self.config.migrate and decision.migrations) or self.mode is Mode.ADVISE:
+            return
+        for step in plan_moves(decision, state.job, self.config.max_migrations):
+            if isinstance(step, Refusal):
+                outcomes[step.job_id] = JobOutcome(step.job_id, step.kind, note=step.note)
+            else:
+                outcomes[step.job_id] = self._send_move(step, commands)
+
+    def _send_move(self, move: Move, commands: list[CommandResult]) -> JobOutcome:
+        argv = ("scontrol", "requeue", move.job_id)
+        note = f"restarts on {','.join(move.placement.nodes)}"
+        if self.mode is Mode.SHADOW:
+            pin = " ".join(update_argv([move.job_id], move.pin))
+            log.info("shadow: would run %s, then %s", " ".join(argv), pin)
+            return JobOutcome(move.job_id, "migrate", argv, note=note)
+        requeued = self.client.requeue_job(move.job_id)
+        commands.append(requeued)
+        if not requeued.ok:
+            error = requeued.stderr.strip() or f"exit {requeued.returncode}"
+            return JobOutcome(move.job_id, "migrate", argv, True, requeued.returncode, error,
+                              classify_error(error), note=note)
+        pinned = self.client.update_jobs([move.job_id], move.pin)
+        commands.append(pinned)
+        if not pinned.ok:  # pending soon, and ours: the next cycle places it
+            note += f"; the pin failed ({pinned.stderr.strip() or pinned.returncode})"
+        released = release_when_pending(self.client, move.job_id, self.config.restart_wait_s)
+        if released is None or not released.ok:
+            self._restarting.add(move.job_id)
+            note += "; released on a later cycle"
+        else:
+            commands.append(released)
+        log.info("moved job %s: %s", move.job_id, note)
+        return JobOutcome(move.job_id, "migrate", argv, True, 0, note=note)
+
+    def _release_restarted(self, decision: Decision, state: SlurmState,
+                           outcomes: dict[str, JobOutcome],
+                           commands: list[CommandResult]) -> None:
+        """Release moved jobs that were still completing when they were requeued (a job the
+        decision ranks is released by the plan already)."""
+        for job_id in sorted(self._restarting):
+            job = state.job(job_id)
+            if job is None or not job.is_pending or job_id in decision.ranking:
+                self._restarting.discard(job_id)
+            elif job.eligible_time is not None and job.eligible_time > state.time:
+                update = Update("release", (job_id,), tuple(RELEASE.items()))
+                result = self._send(update)
+                if result is not None:
+                    commands.append(result)
+                    self._restarting.discard(job_id)
+                (outcomes[job_id],) = outcomes_for(update, result)
 
     def _current_state(self) -> SlurmState:
         if self.source is not None and self.source.last_state is not None:

@@ -45,6 +45,11 @@ class SlurmClient(Protocol):
         """One ``scontrol update JobId=a,b,c K=V ...`` call; the result is returned, not raised."""
         ...
 
+    def requeue_job(self, job_id: str) -> CommandResult:
+        """``scontrol requeue <id>``: stop a running batch job and queue it again (it comes
+        back pending, eligible ~2 minutes later); the result is returned, not raised."""
+        ...
+
 
 def update_argv(job_ids: Sequence[str], fields: Mapping[str, str]) -> tuple[str, ...]:
     """``scontrol update`` for several jobs that get the same change (one RPC per call)."""
@@ -110,7 +115,12 @@ class CliSlurmClient:
     def update_jobs(self, job_ids: Sequence[str], fields: Mapping[str, str]) -> CommandResult:
         if not job_ids or not fields:
             raise ValueError("an update needs at least one job id and one field")
-        argv = update_argv(job_ids, fields)
+        return self._send(update_argv(job_ids, fields))
+
+    def requeue_job(self, job_id: str) -> CommandResult:
+        return self._send(("scontrol", "requeue", job_id))
+
+    def _send(self, argv: tuple[str, ...]) -> CommandResult:
         try:
             return self._run(argv, self.timeout_s)
         except SlurmTimeoutError as exc:

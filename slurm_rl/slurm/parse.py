@@ -240,6 +240,13 @@ def _nodes_field(record: JsonObject, key: str, where: _Where) -> tuple[str, ...]
     return _hostlist(_text(record, key, where), where, key)
 
 
+def _flag(record: JsonObject, key: str, where: _Where) -> bool:
+    value = record.get(key, False)
+    if not isinstance(value, bool):
+        raise where.error(f"expected true or false, got {json.dumps(value)[:60]}", key)
+    return value
+
+
 def _array_pending(record: JsonObject, where: _Where) -> bool:
     """A pending array meta-record stands for many not-yet-split tasks."""
     task_string = _text(record, "array_task_string", where)
@@ -276,6 +283,8 @@ def parse_job(record: JsonObject, index: int, source: str) -> SlurmJob:
         tres_per_task=_gpu_field(record, "tres_per_task", where),
         gres_detail=_strings(record, "gres_detail", where),
         admin_comment=_text(record, "admin_comment", where),
+        comment=_text(record, "comment", where),
+        requeue=_flag(record, "requeue", where),
         exit_code=_exit_code(record, where),
         array_pending=_array_pending(record, where),
         het_job=bool(_int(record, "het_job_id", where)),

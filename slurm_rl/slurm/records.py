@@ -44,6 +44,10 @@ KNOWN_JOB_STATES = (
     }
 )
 
+# A job opts in to being moved (requeued, restarted from its checkpoint elsewhere) with this
+# word in its --comment, on top of being requeueable (--requeue or JobRequeue=1).
+CHECKPOINT_TAG = "slurm-rl:checkpoint"
+
 # Node states (base or flag, upper case) in which no new job can start on the node.
 UNUSABLE_NODE_STATES = frozenset(
     {
@@ -116,6 +120,8 @@ class SlurmJob:
     tres_per_task: str = ""
     gres_detail: tuple[str, ...] = ()
     admin_comment: str = ""
+    comment: str = ""
+    requeue: bool = False
     exit_code: int | None = None
     array_pending: bool = False
     het_job: bool = False
@@ -131,6 +137,11 @@ class SlurmJob:
     @property
     def is_finished(self) -> bool:
         return self.state in FINISHED_STATES and not self.is_active
+
+    @property
+    def checkpointable(self) -> bool:
+        """Requeueable and tagged :data:`CHECKPOINT_TAG` in its comment: it may be moved."""
+        return self.requeue and CHECKPOINT_TAG in self.comment.replace(",", " ").split()
 
 
 @dataclass(frozen=True, slots=True)

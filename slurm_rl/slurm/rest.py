@@ -198,6 +198,13 @@ class RestSlurmClient:
         results = [self._update_one(job_id, body) for job_id in job_ids]
         return results[0] if len(results) == 1 else _combine(_call_argv(job_ids, fields), results)
 
+    def requeue_job(self, job_id: str) -> CommandResult:
+        """Not sent: v0.0.38 has no requeue we have verified. A non-zero result naming the
+        job, as for an update field it cannot send (the daemon moves no job through REST)."""
+        argv = ("slurmrestd", "requeue", job_id)
+        message = f"no slurmrestd v0.0.38 requeue; nothing was sent for job {job_id}\n"
+        return CommandResult(argv, 2, "", message)
+
     def _update_one(self, job_id: str, body: Mapping[str, str]) -> CommandResult:
         try:
             answer = self.request("POST", f"job/{job_id}", body)

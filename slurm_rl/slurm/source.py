@@ -108,6 +108,7 @@ def to_core_job(job: SlurmJob) -> Job | None:
         gpus_per_node=shape.gpus_per_node,
         gpu_type=shape.gpu_type,
         time_limit=job.time_limit_s,
+        checkpointable=job.checkpointable,
     )
 
 

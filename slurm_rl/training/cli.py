@@ -100,6 +100,12 @@ def train_command(**options: Any) -> None:
 @click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=1),
               help="Replay each policy under this many machine-fluctuation seeds (the "
                    "cluster's, then +1, +2, ...); the verdict compares the means.")
+@click.option("--checkpointable", is_flag=True,
+              help="Every job checkpoints and may be requeued: the dual agent (and rwgp) may "
+                   "migrate running jobs to faster nodes; the baselines never move one.")
+@click.option("--restart-overhead", "restart_overhead_s", default=300.0, show_default=True,
+              type=click.FloatRange(min=0.0),
+              help="Seconds of work a migrated job loses (since its checkpoint, and reloading).")
 def evaluate_command(**options: Any) -> None:
     """Replay held-out windows with the dual agent, its ablations and every baseline."""
     import os
@@ -115,6 +121,8 @@ def evaluate_command(**options: Any) -> None:
         "window_spec": window_spec, "days": 7.0, "seed": options["seed"],
         "trace_format": None, "skip_bad_rows": False, "mode": options["mode"],
         "cycle_s": 10.0, "no_fluctuation": False,
+        "checkpointable": options["checkpointable"],
+        "restart_overhead_s": options["restart_overhead_s"],
     })
     placements = [p.strip() for p in options["placements"].split(",") if p.strip()]
     if not placements:

@@ -3,21 +3,24 @@
 :class:`LearnedPlacement` is a plain :class:`~slurm_rl.agents.base.PlacementPolicy`, so it runs
 under the project's :class:`~slurm_rl.scheduler.Scheduler` like any heuristic. It picks the
 head's argmax; the training rollouts override :meth:`LearnedPlacement.choose` to sample from the
-head's softmax (or follow a teacher) and record each choice for PPO.
+head's softmax (or follow a teacher) and record each choice for PPO. Moving running jobs
+(:meth:`LearnedPlacement.migrations`) is the chooser's rule; the head never learned it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
+from slurm_rl.agents.base import MigratingPlacement
 from slurm_rl.agents.ordering.candidates import CandidateGenerator, CandidateSet
 from slurm_rl.agents.ordering.features import FeatureBuilder, FloatArray
 from slurm_rl.agents.ordering.messages import Messenger
 from slurm_rl.agents.ordering.network import PlacementHead
-from slurm_rl.core import ClusterSnapshot, Job, Placement
+from slurm_rl.core import ClusterSnapshot, Job, JobId, Placement
 
 
 class LearnedPlacement:
@@ -45,6 +48,20 @@ class LearnedPlacement:
         if len(found) == 1:
             return found.placements[0]  # no choice to make, nothing to learn
         return found.placements[self.choose(job, found, snapshot)]
+
+    def migrations(
+        self, snapshot: ClusterSnapshot, free_gpus: Sequence[int]
+    ) -> dict[JobId, Placement]:
+        """The chooser's moves of running jobs, judged as it judges every job: without the
+        job's model family (:mod:`.candidates`)."""
+        chooser = self.generator.chooser
+        if not isinstance(chooser, MigratingPlacement) or not snapshot.running:
+            return {}
+        running = tuple(
+            dataclasses.replace(r, job=dataclasses.replace(r.job, model_family=""))
+            for r in snapshot.running
+        )
+        return chooser.migrations(dataclasses.replace(snapshot, running=running), free_gpus)
 
     def choose(self, job: Job, found: CandidateSet, snapshot: ClusterSnapshot) -> int:
         """The index of the candidate to take (of at least two)."""

@@ -50,6 +50,15 @@ and holds the fast members hostage; waiting for a faster node costs less. Which 
   jobs. While queues are short, the gang waits a little for a fast node instead of running
   5–8× slower (measured: docs/placement-agent.md §6);
 * single-GPU jobs: never (measured worse: in a backlog it leaves the slowest GPUs idle).
+
+**Migrations.** GPUs left free after a decision's placements may be worth more to a job
+already running: a checkpointable job on one node that has run ``migrate_after_s`` (4 h) is
+requeued and restarted on a free node whose risk-adjusted pace is at least ``migrate_speedup``
+(2×) its own node's and whose cost per unit of work ``(1 + λ · price) / pace`` is lower, oldest
+job first. The agent cannot know how much work is left; elapsed time stands in for it, since
+run times are heavy-tailed — a job that has run for hours is likely to run for hours more, and
+the restart (the work since its last checkpoint) is small beside that. Gangs over several nodes
+are not moved (a whole faster set seldom frees at once).
 """
 
 from __future__ import annotations
@@ -68,7 +77,7 @@ from numpy.typing import NDArray
 from slurm_rl.agents.rwgp.candidates import FloatArray, Limits, NodeSet, NodeTable, candidate_sets
 from slurm_rl.agents.rwgp.model import Prediction, RwgpConfig, RwgpModel
 from slurm_rl.agents.rwgp.runtimes import RuntimeReference
-from slurm_rl.core import Cluster, ClusterSnapshot, Job, Placement
+from slurm_rl.core import Cluster, ClusterSnapshot, Job, JobId, Placement, RunningJob
 
 _MIN_PACE = 1e-3
 
@@ -107,6 +116,8 @@ class PlacementConfig:
     threads: int | None = 1  # torch threads; one is fastest when replays share the cores
     learn: bool = True  # False: score with the prior alone (an ablation of the GP)
     model_path: str | None = None  # hyperparameters saved by RwgpModel.save
+    migrate_after_s: float | None = 14_400.0  # run this long before a move (None: never move)
+    migrate_speedup: float = 2.0  # move only to a node this many times faster
 
 
 @dataclass(frozen=True)
@@ -318,6 +329,45 @@ class RwgpPlacement:
         names = tuple(self._nodes.names[i] for i in np.flatnonzero(slow))
         return _SlowNodes(slow, names, int(table.capacity[usable & ~slow].sum()))
 
+    def migrations(
+        self, snapshot: ClusterSnapshot, free_gpus: Sequence[int]
+    ) -> dict[JobId, Placement]:
+        """Running jobs to move to nodes left free, and where (module docstring)."""
+        after = self.config.migrate_after_s
+        if after is None:
+            return {}
+        model = self._model_for(snapshot.cluster)
+        free = np.asarray(free_gpus, dtype=np.int64).copy()
+        moves: dict[JobId, Placement] = {}
+        for run in sorted(snapshot.running, key=lambda r: r.start_time):
+            if not _movable(run, snapshot.time - after):
+                continue
+            target = self._faster_node(run, free, model, snapshot)
+            if target is not None:
+                assert self._nodes is not None
+                moves[run.job.job_id] = Placement((self._nodes.names[target],), run.placement.gpus)
+                free[target] -= run.placement.gpus[0]
+        return moves
+
+    def _faster_node(
+        self, run: RunningJob, free: NDArray[np.int64], model: RwgpModel,
+        snapshot: ClusterSnapshot,
+    ) -> int | None:
+        """The free node to move ``run`` to: ``migrate_speedup`` × faster, cheaper per unit of
+        work, and the best by the placement score; None when there is none."""
+        assert self._nodes is not None
+        job, gpus = run.job, run.placement.gpus[0]
+        view = self._view(model, job.model_family)
+        here = snapshot.cluster.index(run.placement.nodes[0])
+        per_work = (1.0 + self.config.fee_weight * gpus * self._nodes.price) / view.pace
+        better = (view.pace >= self.config.migrate_speedup * view.pace[here]) & (
+            per_work < per_work[here]) & (free >= gpus)
+        if not better.any():
+            return None
+        cost = np.where(better, self._node_cost(job, free, view, snapshot), np.inf)
+        best = int(np.argmin(cost))
+        return best if math.isfinite(cost[best]) else None
+
     def candidates(
         self, job: Job, free_gpus: Sequence[int], snapshot: ClusterSnapshot
     ) -> list[CandidateFeatures]:
@@ -432,6 +482,11 @@ class RwgpPlacement:
         fill += config.whole_node_weight * broken
         score = (1.0 + config.fee_weight * price) / pace * fill
         return _Score(score, health[0], health[1], pace, price, cross)
+
+
+def _movable(run: RunningJob, started_by: float) -> bool:
+    """A checkpointable job on one node that started (here) no later than ``started_by``."""
+    return run.job.checkpointable and run.placement.num_nodes == 1 and run.start_time <= started_by
 
 
 def _bottleneck(

@@ -1,0 +1,88 @@
+"""Moving running jobs live: ``scontrol requeue``, then a pin to the chosen nodes.
+
+A decision's :attr:`~slurm_rl.core.Decision.migrations` reach Slurm only when the admin turned
+them on (``[actuator] migrate = true``) and the actuator enforces (shadow mode logs them), and
+only for jobs that opted in: requeueable (``--requeue``, or ``JobRequeue=1``) and tagged
+``slurm-rl:checkpoint`` in ``--comment`` — a job that does not save checkpoints would lose all
+its work. Measured on Slurm 22.05.8: ``scontrol requeue`` returns at once; the job shows
+``COMPLETING`` for a moment, then pending (reason ``BeginTime``, eligible two minutes later,
+``Restarts`` counted). A ``ReqNodeList`` set at once survives that, but a ``StartTime=now``
+sent before the job is pending is overwritten by the two minutes. So the actuator pins the job
+at once, waits a few seconds (``restart_wait_s``) for it to be pending and then releases it
+(it starts on its nodes about a second later); one still completing then is released on a
+later cycle. At most ``max_migrations`` jobs move per cycle. A requeue cannot be undone, so
+``slurm-rl revert`` leaves it alone; the audit trail records it as ``migrate``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from ClusterShell.NodeSet import NodeSet
+
+from slurm_rl.core import Decision, Placement
+from slurm_rl.slurm.client import SlurmClient
+from slurm_rl.slurm.proc import CommandResult
+from slurm_rl.slurm.records import CHECKPOINT_TAG, PENDING_STATES, SlurmJob
+
+RELEASE = {"StartTime": "now"}
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One job to requeue and the fields that pin it to its new nodes."""
+
+    job_id: str
+    placement: Placement
+
+    @property
+    def pin(self) -> dict[str, str]:
+        count = self.placement.num_nodes
+        return {"ReqNodeList": str(NodeSet.fromlist(self.placement.nodes)),
+                "NumNodes": f"{count}-{count}"}
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A move the actuator will not make, and why (for the audit trail)."""
+
+    job_id: str
+    kind: str  # not_running, not_movable, over_cap
+    note: str
+
+
+def plan_moves(
+    decision: Decision, job: Callable[[str], SlurmJob | None], cap: int
+) -> Iterator[Move | Refusal]:
+    """The decision's migrations that may be sent (up to ``cap``), and why others may not."""
+    sent = 0
+    for job_id, placement in decision.migrations.items():
+        current = job(job_id)
+        if current is None or current.state != "RUNNING":
+            yield Refusal(job_id, "not_running", "asked to move a job that is not running")
+        elif not current.checkpointable:
+            opt_in = f"--requeue and --comment={CHECKPOINT_TAG}"
+            yield Refusal(job_id, "not_movable", f"not moved: it did not opt in ({opt_in})")
+        elif sent >= cap:
+            yield Refusal(job_id, "over_cap", f"not moved: {cap} moves per cycle at most")
+        else:
+            sent += 1
+            yield Move(job_id, placement)
+
+
+def release_when_pending(
+    client: SlurmClient, job_id: str, wait_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> CommandResult | None:
+    """``StartTime=now`` for a requeued job once Slurm shows it pending (polled for up to
+    ``wait_s``); None when it is still completing then (release it on a later cycle)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        job = client.show_job(job_id)
+        if job is not None and job.state in PENDING_STATES:
+            return client.update_jobs([job_id], RELEASE)
+        if job is None or time.monotonic() >= deadline:
+            return None
+        sleep(0.2)

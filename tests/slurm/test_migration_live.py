@@ -1,0 +1,61 @@
+"""``Decision.migrations`` against a real Slurm: a running job that opted in (``--requeue``,
+``--comment=slurm-rl:checkpoint``) is requeued and restarts on the chosen node within seconds
+(not after the two minutes Slurm's requeue would wait); a job that did not opt in is never
+touched; shadow mode and a daemon without ``migrate`` send nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_rl.core import Decision, Placement
+from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
+from slurm_rl.slurm.source import SlurmSource
+from tests.slurm.live import LiveCluster
+from tests.slurm.test_live import SCHED_SLACK_S, _nodes
+
+pytestmark = pytest.mark.slurm
+
+OPT_IN = ("--requeue", "--comment=slurm-rl:checkpoint")
+
+
+def _running_on(live: LiveCluster, node: str, *options: str) -> str:
+    """A one-GPU job of any type, started at once on ``node``."""
+    job_id = live.sbatch("alice", "--gres=gpu:1", "-t", "10", *options)
+    pin = ("scontrol", "update", f"JobId={job_id}", f"ReqNodeList={node}", "NumNodes=1-1",
+           "StartTime=now")
+    assert live.run(*pin).ok
+    live.wait_state(job_id, "RUNNING", timeout_s=SCHED_SLACK_S)
+    return job_id
+
+
+def test_an_opted_in_job_moves_to_the_chosen_node_and_no_other_job_is_touched(
+    live: LiveCluster,
+) -> None:
+    source = SlurmSource(live.client)
+    a100, v100 = _nodes(source.snapshot(), "a100"), _nodes(source.snapshot(), "v100")
+    mover = _running_on(live, v100[0], *OPT_IN)
+    stays = _running_on(live, v100[0], "--requeue")  # requeueable, but saves no checkpoint
+    running = {r.job.job_id: r.job for r in source.snapshot().running}
+    assert running[mover].checkpointable and not running[stays].checkpointable
+    moves = {mover: Placement((a100[0],), (1,)), stays: Placement((a100[1],), (1,))}
+    decision = Decision("test", (), migrations=moves)
+
+    def actuator(mode: Mode, migrate: bool = True) -> SlurmActuator:
+        config = ActuatorConfig(mode=mode, migrate=migrate)
+        return SlurmActuator(live.client, config, source=source)
+
+    assert actuator(Mode.ENFORCE, migrate=False).apply(decision).outcomes == ()
+    shadow = {o.job_id: o for o in actuator(Mode.SHADOW).apply(decision).outcomes}
+    assert shadow[mover].kind == "migrate" and not shadow[mover].sent
+    assert live.job(mover).raw["Restarts"] == "0"
+
+    report = {o.job_id: o for o in actuator(Mode.ENFORCE).apply(decision).outcomes}
+    assert report[mover].kind == "migrate" and report[mover].sent and report[mover].ok
+    assert report[mover].argv == ("scontrol", "requeue", mover)
+    assert "the pin failed" not in report[mover].note, report[mover].note
+    assert (report[stays].kind, report[stays].sent) == ("not_movable", False)
+    moved = live.wait_state(mover, "RUNNING", timeout_s=SCHED_SLACK_S)
+    assert moved.nodes == (a100[0],) and moved.raw["Restarts"] == "1"
+    untouched = live.job(stays)
+    assert untouched.state == "RUNNING" and untouched.nodes == (v100[0],)
+    assert untouched.raw["Restarts"] == "0"

@@ -1,0 +1,120 @@
+"""The live actuator's moves on the recorded 22.05 state, with only the subprocess boundary
+fake: who may be moved (opted in, running, under the cap), what is sent and in which order,
+and a job still completing released on a later cycle."""
+
+from __future__ import annotations
+
+import json
+
+from slurm_rl.core import Decision, Placement
+from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
+from slurm_rl.slurm.client import CliSlurmClient
+from slurm_rl.slurm.proc import CommandResult
+from slurm_rl.slurm.source import SlurmSource
+from tests.slurm.fakes import FakeRunner, fixture_text, recorded_cluster
+
+SUBMIT = 1795970505.0
+OK = CommandResult((), 0, "", "")
+RUNNING_ONE_NODE = "2"  # on v100-01 (tests/fixtures/slurm/22.05/jobs.json)
+RUNNING_TWO_NODES = "1"
+PENDING = "3"
+TO_A100 = Placement(("a100-02",), (2,))
+
+
+def _cluster(comment: str = "slurm-rl:checkpoint", requeue: bool = True) -> FakeRunner:
+    """The recording, with the running one-node job's comment and requeue flag set."""
+    runner = recorded_cluster("22.05")
+    doc = json.loads(fixture_text("22.05", "squeue.json"))
+    for job in doc["jobs"]:
+        if str(job["job_id"]) == RUNNING_ONE_NODE:
+            job["comment"], job["requeue"] = comment, requeue
+    runner.answer(("squeue", "--json"), json.dumps(doc))
+    return runner
+
+
+def _actuator(runner: FakeRunner, mode: Mode = Mode.ENFORCE, **config: object) -> SlurmActuator:
+    client = CliSlurmClient(runner=runner)
+    source = SlurmSource(client, clock=lambda: SUBMIT + 60)
+    source.state()
+    runner.default = OK
+    runner.calls.clear()
+    settings = ActuatorConfig(**{"mode": mode, "migrate": True, **config})  # type: ignore[arg-type]
+    return SlurmActuator(client, settings, source=source, clock=lambda: SUBMIT + 60)
+
+
+def _pending_after_requeue(runner: FakeRunner, job_id: str) -> None:
+    shown = f"JobId={job_id} JobState=PENDING Reason=BeginTime UserId=alice(1001)\n"
+    runner.answer(("scontrol", "show", "job", "-o", job_id), shown)
+
+
+def test_an_opted_in_job_is_requeued_pinned_and_released_in_that_order() -> None:
+    runner = _cluster()
+    _pending_after_requeue(runner, RUNNING_ONE_NODE)
+    report = _actuator(runner).apply(Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100}))
+    (outcome,) = report.outcomes
+    assert (outcome.kind, outcome.sent, outcome.ok) == ("migrate", True, True)
+    assert outcome.note == "restarts on a100-02"
+    job = f"JobId={RUNNING_ONE_NODE}"
+    assert runner.argvs == [
+        ("scontrol", "requeue", RUNNING_ONE_NODE),
+        ("scontrol", "update", job, "ReqNodeList=a100-02", "NumNodes=1-1"),
+        ("scontrol", "show", "job", "-o", RUNNING_ONE_NODE),
+        ("scontrol", "update", job, "StartTime=now"),
+    ]
+
+
+def test_jobs_that_did_not_opt_in_are_not_running_or_over_the_cap_are_refused() -> None:
+    for comment, requeue in (("", True), ("slurm-rl:checkpoint", False), ("checkpoint", True)):
+        runner = _cluster(comment, requeue)
+        report = _actuator(runner).apply(Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100}))
+        assert [o.kind for o in report.outcomes] == ["not_movable"], (comment, requeue)
+        assert runner.argvs == []
+    runner = _cluster()
+    moves = {PENDING: TO_A100, "404": TO_A100, RUNNING_ONE_NODE: TO_A100}
+    report = _actuator(runner, max_migrations=1).apply(Decision("p", (), migrations=moves))
+    kinds = {o.job_id: o.kind for o in report.outcomes}
+    assert kinds == {PENDING: "not_running", "404": "not_running", RUNNING_ONE_NODE: "migrate"}
+    capped = _actuator(_cluster(), max_migrations=0)
+    (refused,) = capped.apply(Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100})).outcomes
+    assert refused.kind == "over_cap"
+
+
+def test_shadow_and_advise_send_nothing_and_migrate_off_ignores_moves() -> None:
+    decision = Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100})
+    runner = _cluster()
+    (shadow,) = _actuator(runner, Mode.SHADOW).apply(decision).outcomes
+    assert (shadow.kind, shadow.sent) == ("migrate", False)
+    assert _actuator(runner, Mode.ADVISE).apply(decision).outcomes == ()
+    assert _actuator(runner, migrate=False).apply(decision).outcomes == ()
+    assert runner.argvs == []
+
+
+def test_a_requeue_slurm_refuses_is_recorded_and_nothing_else_is_sent() -> None:
+    runner = _cluster()
+    runner.answer(("scontrol", "requeue", RUNNING_ONE_NODE), rc=1,
+                  stderr="Requested operation is presently disabled for job 2")
+    (outcome,) = _actuator(runner).apply(
+        Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100})).outcomes
+    assert (outcome.kind, outcome.ok, outcome.error_kind) == ("migrate", False, "rejected")
+    assert runner.argvs == [("scontrol", "requeue", RUNNING_ONE_NODE)]
+
+
+def test_a_job_still_completing_is_released_on_the_next_cycle() -> None:
+    runner = _cluster()
+    completing = f"JobId={RUNNING_ONE_NODE} JobState=COMPLETING UserId=alice(1001)\n"
+    runner.answer(("scontrol", "show", "job", "-o", RUNNING_ONE_NODE), completing)
+    actuator = _actuator(runner, restart_wait_s=0.0)
+    (outcome,) = actuator.apply(Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100})).outcomes
+    assert outcome.note.endswith("released on a later cycle")
+    # Next cycle: Slurm shows it pending, eligible in two minutes; the decision ignores it.
+    doc = json.loads(fixture_text("22.05", "squeue.json"))
+    for job in doc["jobs"]:
+        if str(job["job_id"]) == RUNNING_ONE_NODE:
+            job.update(job_state="PENDING", nodes="", eligible_time=int(SUBMIT + 180))
+    runner.answer(("squeue", "--json"), json.dumps(doc))
+    actuator.source.state()  # type: ignore[union-attr]
+    runner.calls.clear()
+    (released,) = actuator.apply(Decision("p", ())).outcomes
+    assert (released.kind, released.sent) == ("release", True)
+    assert runner.argvs == [("scontrol", "update", f"JobId={RUNNING_ONE_NODE}", "StartTime=now")]
+    assert actuator.apply(Decision("p", ())).outcomes == ()  # released once
