@@ -11,7 +11,9 @@ Variants (see :func:`rwgp`): ``rwgp`` (datasheet GPU speeds, like fastest-GPU; �
 ``-fee0.2`` (λ per $, as in the reward −(JCT h + λ·fees)), ``-pack0.1``, ``-risk0.5``,
 ``-excl0.25`` (ρ, 0: no exclusions), ``-min1`` (the smallest job excluded from slow nodes),
 ``-backlog300-memory24`` (the backlog rule: seconds a single-GPU job waits before gangs that
-fit one node may take slow nodes, hours that backlog is remembered).
+fit one node may take slow nodes, hours that backlog is remembered), ``-move4-speedup2`` (hours a
+checkpointable job runs before a move, the speed-up a move needs; ``-move0`` never moves) —
+moves happen only with ``--checkpointable``.
 Usage: python benchmarks/rwgp_simulate.py --window 2017-10-01:2017-10-15 [--mode slurm]
 """
 
@@ -68,6 +70,11 @@ def rwgp(variant: str) -> RwgpPlacement:
             options["exclusion_backlog_memory_s"] = float(part[6:]) * 3600
         elif part.startswith("backlog"):
             options["exclusion_backlog_s"] = float(part[7:])
+        elif part.startswith("move"):
+            hours = float(part[4:])
+            options["migrate_after_s"] = hours * 3600 if hours > 0 else None
+        elif part.startswith("speedup"):
+            options["migrate_speedup"] = float(part[7:])
     config = PlacementConfig(**options, learn="nolearn" not in variant)  # type: ignore[arg-type]
     return RwgpPlacement(speeds, config, family_speed=family, spread_model=spread)
 
@@ -94,6 +101,8 @@ def main() -> None:
     parser.add_argument("--policies", default=",".join(BASELINES + VARIANTS))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpointable", action="store_true",
+                        help="every job checkpoints: placements may move running jobs")
     parser.add_argument("--replicas", type=int, default=1,
                         help="Scenario.replica(0..N-1), as `slurm-rl simulate --replicas`")
     parser.add_argument("--fluctuation-seeds", default="",
@@ -105,6 +114,7 @@ def main() -> None:
         "cluster": args.cluster, "trace_name": args.trace, "window_spec": args.window,
         "days": 7.0, "seed": args.seed, "trace_format": None, "skip_bad_rows": False,
         "warmup_days": None, "mode": args.mode, "cycle_s": args.cycle, "no_fluctuation": False,
+        "checkpointable": args.checkpointable,
     })
     names = [n.strip() for n in args.policies.split(",") if n.strip()]
     seeds = [int(s) for s in args.fluctuation_seeds.split(",") if s.strip()]
@@ -116,11 +126,12 @@ def main() -> None:
         results = list(pool.map(run, *zip(*runs, strict=True)))
     if len(replicas) == 1:
         print_table(results, scenario, Console(width=200))
-    print(f"{'policy':<28} {'seed':>6} {'avg JCT h':>10} {'fees $':>12} {'wall s':>8}")
+    print(f"{'policy':<28} {'seed':>6} {'avg JCT h':>10} {'fees $':>12} {'wall s':>8} "
+          f"{'moves':>6}")
     for (rep, _), r in zip(runs, results, strict=True):
         jct, fees = r.metrics.avg_jct_s / 3600, r.metrics.total_fees
         print(f"{r.policy_id:<28} {rep.spec.fluctuation.seed:>6} {jct:>10.2f} {fees:>12,.0f} "
-              f"{r.wall_s:>8.0f}")
+              f"{r.wall_s:>8.0f} {r.metrics.migrations:>6}")
     if len(replicas) > 1:
         print_means(names, results, len(names))
 

@@ -270,3 +270,7 @@ class Decision:
         object.__setattr__(self, "migrations", FrozenDict(self.migrations))
         if self.scores and len(self.scores) != len(self.ranking):
             raise ValueError("scores must be empty or aligned with ranking")
+
+    def nodes_for(self, job_id: JobId) -> Placement | None:
+        """Where the decision sends ``job_id``: its placement, or the node set it moves to."""
+        return self.placements.get(job_id) or self.migrations.get(job_id)

@@ -58,7 +58,7 @@ def action_record(outcome: JobOutcome, why: Mapping[str, Any] | None = None) -> 
 
 
 def _signature(record: ActionRecord, decision: Decision) -> Signature:
-    placement = decision.placements.get(record.job_id)
+    placement = decision.nodes_for(record.job_id)
     nodes = placement.nodes if placement is not None else None
     return (decision.policy_id, record.action, record.argv, record.rc, record.answer, nodes)
 
@@ -216,7 +216,7 @@ def _log_decisions(cycle_id: int, decision: Decision, records: Sequence[ActionRe
     ranks = {job_id: rank for rank, job_id in enumerate(decision.ranking)}
     for record in records:
         rank = ranks.get(record.job_id)
-        placement = decision.placements.get(record.job_id)
+        placement = decision.nodes_for(record.job_id)
         line = {
             "event": "decision", "cycle": cycle_id, "job": record.job_id,
             "policy": decision.policy_id, "action": record.action, "rank": rank,

@@ -75,6 +75,9 @@ class Store:
         added: set[str] = set()
         with self._sessions.begin() as session:
             self._add_new_jobs(session, cluster, snapshot.pending, snapshot.time, added)
+            # A moved job may have started before the daemon first saw it pending.
+            moved = [r.job for r in snapshot.running if r.job.job_id in decision.migrations]
+            self._add_new_jobs(session, cluster, moved, snapshot.time, added)
             cycle = _cycle_row(snapshot, decision, mode, duration_s)
             session.add(cycle)
             session.flush()
@@ -153,7 +156,7 @@ def _decision_rows(
     rows = []
     for action in actions:
         rank = ranks.get(action.job_id)
-        placement = decision.placements.get(action.job_id)
+        placement = decision.nodes_for(action.job_id)
         rows.append(DecisionRow(
             cycle_id=cycle_id,
             job_key=job_key(cluster, action.job_id),

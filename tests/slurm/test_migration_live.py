@@ -1,16 +1,23 @@
 """``Decision.migrations`` against a real Slurm: a running job that opted in (``--requeue``,
 ``--comment=slurm-rl:checkpoint``) is requeued and restarts on the chosen node within seconds
 (not after the two minutes Slurm's requeue would wait); a job that did not opt in is never
-touched; shadow mode and a daemon without ``migrate`` send nothing."""
+touched; shadow mode and a daemon without ``migrate`` send nothing; the daemon stores the move."""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
 
-from slurm_rl.core import Decision, Placement
+from slurm_rl.core import ClusterSnapshot, Decision, Placement
+from slurm_rl.loop import DecisionMaker
 from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
 from slurm_rl.slurm.source import SlurmSource
+from slurm_rl.store.repository import Store
 from tests.slurm.live import LiveCluster
+from tests.slurm.test_daemon_live import CLUSTER, _daemon
 from tests.slurm.test_live import SCHED_SLACK_S, _nodes
 
 pytestmark = pytest.mark.slurm
@@ -59,3 +66,42 @@ def test_an_opted_in_job_moves_to_the_chosen_node_and_no_other_job_is_touched(
     untouched = live.job(stays)
     assert untouched.state == "RUNNING" and untouched.nodes == (v100[0],)
     assert untouched.raw["Restarts"] == "0"
+
+
+@dataclass
+class _Moving:
+    """The daemon's policy, plus one move (what RWGP decides after four hours on a slow
+    node, which a test cannot wait for)."""
+
+    inner: DecisionMaker
+    job: str
+    to: Placement
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        decision = self.inner.decide(snapshot)
+        return dataclasses.replace(decision, migrations={self.job: self.to})
+
+
+def test_the_daemon_moves_only_with_migrate_on_and_stores_the_move(
+    live: LiveCluster, tmp_path: Path
+) -> None:
+    source = SlurmSource(live.client)
+    a100, v100 = _nodes(source.snapshot(), "a100"), _nodes(source.snapshot(), "v100")
+    mover = _running_on(live, v100[-1], *OPT_IN)
+    to = Placement((a100[-1],), (1,))
+    for migrate in (False, True):
+        daemon = _daemon(live, tmp_path, policy="fifo+best-fit", migrate=migrate)
+        daemon.parts = dataclasses.replace(
+            daemon.parts, scheduler=_Moving(daemon.parts.scheduler, mover, to))
+        try:
+            assert daemon.run_once().ok
+        finally:
+            daemon.close(retire=False)
+        if not migrate:
+            assert Store(daemon.config.store).decisions_for(CLUSTER, mover) == []
+            assert live.job(mover).raw["Restarts"] == "0"
+    (row,) = Store(daemon.config.store).decisions_for(CLUSTER, mover)
+    assert (row.action, row.slurm_rc, row.nodes) == ("migrate", 0, a100[-1])
+    assert row.argv == ["scontrol", "requeue", mover]
+    moved = live.wait_state(mover, "RUNNING", timeout_s=SCHED_SLACK_S)
+    assert moved.nodes == (a100[-1],) and moved.raw["Restarts"] == "1"
