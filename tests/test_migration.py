@@ -153,3 +153,16 @@ def test_rwgp_with_a_fee_weight_does_not_move_a_job_where_its_work_costs_more():
     cheap = RwgpPlacement({"A100": 1.6, "V100": 1.0, "K80": 0.9},
                           PlacementConfig(fee_weight=0.0, migrate_speedup=1.5))
     assert moves(cheap, k80_run(0.0), (8, 0, 4, 8)) == {"long": Placement(("a100-0",), (4,))}
+
+
+def test_rwgp_with_a_gain_threshold_moves_sooner_the_larger_the_speed_up():
+    # elapsed × (1 − here/there) ≥ 3 h: K80 → A100 (8×) after 3.4 h, K80 → V100 (5×) after 3.75 h
+    gain = RwgpPlacement(SPEEDS, PlacementConfig(migrate_gain_s=3 * 3600.0, migrate_speedup=1.0,
+                                                 migrate_after_s=0.0))
+    a100_free, v100_free = (8, 0, 4, 8), (0, 8, 4, 8)
+    assert moves(gain, k80_run(0.0), a100_free, now=3.3 * 3600) == {}
+    assert moves(gain, k80_run(0.0), a100_free, now=3.5 * 3600) == {
+        "long": Placement(("a100-0",), (4,))}
+    assert moves(gain, k80_run(0.0), v100_free, now=3.6 * 3600) == {}
+    assert moves(gain, k80_run(0.0), v100_free, now=3.9 * 3600) == {
+        "long": Placement(("v100-0",), (4,))}

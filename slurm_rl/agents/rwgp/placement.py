@@ -118,6 +118,8 @@ class PlacementConfig:
     model_path: str | None = None  # hyperparameters saved by RwgpModel.save
     migrate_after_s: float | None = 14_400.0  # run this long before a move (None: never move)
     migrate_speedup: float = 2.0  # move only to a node this many times faster
+    # move only when elapsed × (1 − pace here / pace there) reaches this (None: no such test)
+    migrate_gain_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -342,16 +344,25 @@ class RwgpPlacement:
         for run in sorted(snapshot.running, key=lambda r: r.start_time):
             if not _movable(run, snapshot.time - after):
                 continue
-            target = self._faster_node(run, free, model, snapshot)
+            needed = self._needed_speedup(snapshot.time - run.start_time)
+            target = self._faster_node(run, free, model, snapshot, needed)
             if target is not None:
                 assert self._nodes is not None
                 moves[run.job.job_id] = Placement((self._nodes.names[target],), run.placement.gpus)
                 free[target] -= run.placement.gpus[0]
         return moves
 
+    def _needed_speedup(self, elapsed: float) -> float:
+        gain = self.config.migrate_gain_s
+        if gain is None:
+            return self.config.migrate_speedup
+        if elapsed <= gain:
+            return math.inf
+        return max(self.config.migrate_speedup, 1.0 / (1.0 - gain / elapsed))
+
     def _faster_node(
         self, run: RunningJob, free: NDArray[np.int64], model: RwgpModel,
-        snapshot: ClusterSnapshot,
+        snapshot: ClusterSnapshot, needed: float,
     ) -> int | None:
         """The free node to move ``run`` to: ``migrate_speedup`` × faster, cheaper per unit of
         work, and the best by the placement score; None when there is none."""
@@ -360,7 +371,7 @@ class RwgpPlacement:
         view = self._view(model, job.model_family)
         here = snapshot.cluster.index(run.placement.nodes[0])
         per_work = (1.0 + self.config.fee_weight * gpus * self._nodes.price) / view.pace
-        better = (view.pace >= self.config.migrate_speedup * view.pace[here]) & (
+        better = (view.pace >= needed * view.pace[here]) & (
             per_work < per_work[here]) & (free >= gpus)
         if not better.any():
             return None
