@@ -75,9 +75,8 @@ def rwgp(variant: str) -> RwgpPlacement:
             options["migrate_after_s"] = hours * 3600 if hours > 0 else None
         elif part.startswith("speedup"):
             options["migrate_speedup"] = float(part[7:])
-        elif part.startswith("gain"):  # elapsed × (1 − here/there) ≥ gain h; no other floor
-            options.update(migrate_gain_s=float(part[4:]) * 3600, migrate_speedup=1.0,
-                           migrate_after_s=float(part[4:]) * 3600)
+        elif part.startswith("gain"):  # outside a backlog: elapsed × (1 − here/there) ≥ gain h
+            options["migrate_gain_s"] = float(part[4:]) * 3600
     config = PlacementConfig(**options, learn="nolearn" not in variant)  # type: ignore[arg-type]
     return RwgpPlacement(speeds, config, family_speed=family, spread_model=spread)
 

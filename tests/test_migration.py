@@ -157,8 +157,7 @@ def test_rwgp_with_a_fee_weight_does_not_move_a_job_where_its_work_costs_more():
 
 def test_rwgp_with_a_gain_threshold_moves_sooner_the_larger_the_speed_up():
     # elapsed × (1 − here/there) ≥ 3 h: K80 → A100 (8×) after 3.4 h, K80 → V100 (5×) after 3.75 h
-    gain = RwgpPlacement(SPEEDS, PlacementConfig(migrate_gain_s=3 * 3600.0, migrate_speedup=1.0,
-                                                 migrate_after_s=0.0))
+    gain = RwgpPlacement(SPEEDS, PlacementConfig(migrate_gain_s=3 * 3600.0))
     a100_free, v100_free = (8, 0, 4, 8), (0, 8, 4, 8)
     assert moves(gain, k80_run(0.0), a100_free, now=3.3 * 3600) == {}
     assert moves(gain, k80_run(0.0), a100_free, now=3.5 * 3600) == {
@@ -166,3 +165,17 @@ def test_rwgp_with_a_gain_threshold_moves_sooner_the_larger_the_speed_up():
     assert moves(gain, k80_run(0.0), v100_free, now=3.6 * 3600) == {}
     assert moves(gain, k80_run(0.0), v100_free, now=3.9 * 3600) == {
         "long": Placement(("v100-0",), (4,))}
+
+
+def test_in_a_backlog_the_gain_threshold_gives_way_to_the_plain_rule():
+    gain = RwgpPlacement(SPEEDS, PlacementConfig(migrate_gain_s=3 * 3600.0))
+    waiting = job("waiting", 0.0, 1, 10.0)  # a single-GPU job pending for hours: a backlog
+    a100_free = (8, 0, 4, 8)
+
+    def in_backlog(now: float):
+        snapshot = ClusterSnapshot(now, mixed_cluster(), a100_free, (waiting,), (k80_run(0.0),))
+        gain.observe(snapshot)
+        return gain.migrations(snapshot, a100_free)
+
+    assert in_backlog(3.5 * 3600) == {}  # the gain rule would move it; 4 h have not passed
+    assert in_backlog(4.1 * 3600) == {"long": Placement(("a100-0",), (4,))}

@@ -118,7 +118,8 @@ class PlacementConfig:
     model_path: str | None = None  # hyperparameters saved by RwgpModel.save
     migrate_after_s: float | None = 14_400.0  # run this long before a move (None: never move)
     migrate_speedup: float = 2.0  # move only to a node this many times faster
-    # move only when elapsed × (1 − pace here / pace there) reaches this (None: no such test)
+    # outside a backlog, move when elapsed × (1 − pace here / pace there) reaches this
+    # instead (None: the two settings above at all times)
     migrate_gain_s: float | None = None
 
 
@@ -335,16 +336,16 @@ class RwgpPlacement:
         self, snapshot: ClusterSnapshot, free_gpus: Sequence[int]
     ) -> dict[JobId, Placement]:
         """Running jobs to move to nodes left free, and where (module docstring)."""
-        after = self.config.migrate_after_s
-        if after is None:
+        if self.config.migrate_after_s is None and self.config.migrate_gain_s is None:
             return {}
         model = self._model_for(snapshot.cluster)
         free = np.asarray(free_gpus, dtype=np.int64).copy()
+        calm = self.config.migrate_gain_s is not None and not self._backlog(snapshot)
         moves: dict[JobId, Placement] = {}
         for run in sorted(snapshot.running, key=lambda r: r.start_time):
-            if not _movable(run, snapshot.time - after):
+            needed = self._needed_speedup(snapshot.time - run.start_time, calm)
+            if not _movable(run) or math.isinf(needed):
                 continue
-            needed = self._needed_speedup(snapshot.time - run.start_time)
             target = self._faster_node(run, free, model, snapshot, needed)
             if target is not None:
                 assert self._nodes is not None
@@ -352,13 +353,15 @@ class RwgpPlacement:
                 free[target] -= run.placement.gpus[0]
         return moves
 
-    def _needed_speedup(self, elapsed: float) -> float:
-        gain = self.config.migrate_gain_s
-        if gain is None:
-            return self.config.migrate_speedup
-        if elapsed <= gain:
+    def _needed_speedup(self, elapsed: float, calm: bool) -> float:
+        """How much faster a node must be to move a job there after ``elapsed`` on its own
+        (``inf``: not yet); outside a backlog by the gain threshold, if one is set."""
+        gain, after = self.config.migrate_gain_s, self.config.migrate_after_s
+        if gain is not None and calm:
+            return math.inf if elapsed <= gain else 1.0 / (1.0 - gain / elapsed)
+        if after is None or elapsed < after:
             return math.inf
-        return max(self.config.migrate_speedup, 1.0 / (1.0 - gain / elapsed))
+        return self.config.migrate_speedup
 
     def _faster_node(
         self, run: RunningJob, free: NDArray[np.int64], model: RwgpModel,
@@ -495,9 +498,9 @@ class RwgpPlacement:
         return _Score(score, health[0], health[1], pace, price, cross)
 
 
-def _movable(run: RunningJob, started_by: float) -> bool:
-    """A checkpointable job on one node that started (here) no later than ``started_by``."""
-    return run.job.checkpointable and run.placement.num_nodes == 1 and run.start_time <= started_by
+def _movable(run: RunningJob) -> bool:
+    """A checkpointable job on one node."""
+    return run.job.checkpointable and run.placement.num_nodes == 1
 
 
 def _bottleneck(
