@@ -267,6 +267,20 @@ def test_the_guard_drops_placements_slurm_would_refuse(placement: Placement, why
     assert (kept.ranking, kept.scores, kept.policy_id) == (decision.ranking, decision.scores, "p")
 
 
+def test_the_guard_drops_moves_that_would_leave_a_running_job_stuck() -> None:
+    snapshot = _recorded_snapshot()
+    running = ROLES["running_gpus"]  # 3 v100 GPUs on v100-01
+    bad = Placement(("v100-02",), (1,))  # the wrong GPU count: Slurm would refuse the pin
+    decision = Decision("p", (), migrations={running: bad, "gone": bad})
+    kept, refused = checked(decision, snapshot)
+    assert refused == {running: "move: shape (1,) is not the job's (3 GPUs)"}
+    assert dict(kept.migrations) == {"gone": bad}  # not running: the actuator refuses it
+    assert checked(Decision("p", (), migrations={running: Placement(("a100-01",), (2,))}),
+                   snapshot)[1] == {running: "move: asks for v100, a100-01 has a100"}
+    good = Placement(("v100-02",), (3,))
+    assert checked(Decision("p", (), migrations={running: good}), snapshot)[1] == {}
+
+
 def test_the_guard_knows_each_nodes_capacity() -> None:
     cluster = Cluster("c", (Node("v1", "V100", 4),))
     problem = placement_problem(Job("1", 0.0, 8), Placement(("v1",), (8,)), cluster)

@@ -6,13 +6,15 @@ So before the actuator sees a decision, each placement is checked against the jo
 request: the nodes exist, they have the GPU type the job asked for and enough GPUs, and the
 shape (GPUs, node count, GPUs per node) is the job's. A placement that fails is dropped (the
 job is still released, and Slurm chooses its nodes) with one warning line per cycle; the
-store records the decision as applied, without those nodes.
+store records the decision as applied, without those nodes. A move of a running job that
+fails is dropped too (the job keeps running where it is).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from slurm_rl.core import Cluster, ClusterSnapshot, Decision, Job, Placement, placement_fits_shape
@@ -41,18 +43,31 @@ def placement_problem(job: Job, placement: Placement, cluster: Cluster) -> str |
 
 
 def checked(decision: Decision, snapshot: ClusterSnapshot) -> tuple[Decision, dict[str, str]]:
-    """``decision`` without the placements Slurm would refuse, and why each was refused."""
-    jobs = {job.job_id: job for job in snapshot.pending}
-    refused: dict[str, str] = {}
-    for job_id, placement in decision.placements.items():
-        job = jobs.get(job_id)
-        problem = None if job is None else placement_problem(job, placement, snapshot.cluster)
-        if problem is not None:
-            refused[job_id] = problem
-    if not refused:
+    """``decision`` without the placements and moves Slurm would refuse, and why each was
+    refused (a running job requeued onto such nodes would be stuck pending for good)."""
+    pending = {job.job_id: job for job in snapshot.pending}
+    running = {run.job.job_id: run.job for run in snapshot.running}
+    refused = _problems(decision.placements, pending, snapshot.cluster)
+    moves_refused = _problems(decision.migrations, running, snapshot.cluster)
+    if not refused and not moves_refused:
         return decision, refused
     kept = {j: p for j, p in decision.placements.items() if j not in refused}
-    return dataclasses.replace(decision, placements=kept), refused
+    moves = {j: p for j, p in decision.migrations.items() if j not in moves_refused}
+    refused.update({j: f"move: {why}" for j, why in moves_refused.items()})
+    return dataclasses.replace(decision, placements=kept, migrations=moves), refused
+
+
+def _problems(
+    requests: Mapping[str, Placement], jobs: Mapping[str, Job], cluster: Cluster
+) -> dict[str, str]:
+    """Why each requested node set cannot hold its job (a job not in ``jobs`` is let be)."""
+    found: dict[str, str] = {}
+    for job_id, placement in requests.items():
+        job = jobs.get(job_id)
+        problem = None if job is None else placement_problem(job, placement, cluster)
+        if problem is not None:
+            found[job_id] = problem
+    return found
 
 
 class GuardedScheduler:
