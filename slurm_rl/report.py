@@ -82,8 +82,9 @@ def print_table(results: Sequence[ReplayResult], scenario: Scenario, console: Co
 def scenario_title(scenario: Scenario, results: Sequence[ReplayResult]) -> str:
     jobs = results[0].metrics.jobs if results else 0
     label = " (synthetic)" if scenario.trace.synthetic else ""
+    moves = ", jobs checkpointable (may be moved)" if scenario.checkpointable else ""
     return (f"{scenario.trace.name}{label} on {scenario.cluster.name}: {jobs} jobs, "
-            f"{scenario.sim.mode} mode")
+            f"{scenario.sim.mode} mode{moves}")
 
 
 def as_json(results: Sequence[ReplayResult], scenario: Scenario) -> str:
@@ -95,6 +96,8 @@ def as_json(results: Sequence[ReplayResult], scenario: Scenario) -> str:
             "cluster": scenario.cluster.name,
             "mode": scenario.sim.mode,
             "fluctuation": scenario.fluctuation,
+            "checkpointable": scenario.checkpointable,
+            "restart_overhead_s": scenario.sim.restart_overhead_s,
         },
         "results": [
             {"policy": r.policy_id, **r.metrics.as_dict(), "wall_s": r.wall_s,
