@@ -103,8 +103,9 @@ def main() -> None:
     parser.add_argument("--policies", default=",".join(BASELINES + VARIANTS))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--checkpointable", action="store_true",
-                        help="every job checkpoints: placements may move running jobs")
+    parser.add_argument("--checkpointable", type=float, nargs="?", const=1.0, default=0.0,
+                        help="every job (or this share) checkpoints: placements may move "
+                        "running jobs")
     parser.add_argument("--replicas", type=int, default=1,
                         help="Scenario.replica(0..N-1), as `slurm-rl simulate --replicas`")
     parser.add_argument("--fluctuation-seeds", default="",

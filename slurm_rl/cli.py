@@ -91,9 +91,11 @@ def main() -> None:
 @click.option("--cycle", "cycle_s", default=10.0, show_default=True,
               type=click.FloatRange(min=0.0), help="Seconds between decisions.")
 @click.option("--no-fluctuation", is_flag=True, help="Machines keep their nominal speed.")
-@click.option("--checkpointable", is_flag=True,
-              help="Every job checkpoints and may be requeued: placements that move running "
-                   "jobs (rwgp, the dual agent) may migrate them to faster nodes.")
+@click.option("--checkpointable", type=click.FloatRange(0.0, 1.0), is_flag=False,
+              flag_value=1.0, default=0.0, metavar="[SHARE]",
+              help="Every job (or this share of them, e.g. =0.5) checkpoints and may be "
+                   "requeued: placements that move running jobs (rwgp, the dual agent) may "
+                   "migrate them to faster nodes.")
 @click.option("--restart-overhead", "restart_overhead_s", default=300.0, show_default=True,
               type=click.FloatRange(min=0.0),
               help="Seconds of work a migrated job loses (since its checkpoint, and reloading).")

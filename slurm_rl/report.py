@@ -82,7 +82,8 @@ def print_table(results: Sequence[ReplayResult], scenario: Scenario, console: Co
 def scenario_title(scenario: Scenario, results: Sequence[ReplayResult]) -> str:
     jobs = results[0].metrics.jobs if results else 0
     label = " (synthetic)" if scenario.trace.synthetic else ""
-    moves = ", jobs checkpointable (may be moved)" if scenario.checkpointable else ""
+    share = scenario.checkpointable
+    moves = f", {share:.0%} of jobs checkpointable (may be moved)" if share else ""
     return (f"{scenario.trace.name}{label} on {scenario.cluster.name}: {jobs} jobs, "
             f"{scenario.sim.mode} mode{moves}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -29,8 +30,9 @@ class Scenario:
     fluctuation: bool = True
     measure_from: float | None = None  # jobs submitted earlier only warm the cluster up
     request_shape: Literal["per-node", "flexible"] = "per-node"
-    # every job saves checkpoints and may be requeued to move it (Job.checkpointable)
-    checkpointable: bool = False
+    # the share of jobs that save checkpoints and may be requeued to move them
+    # (Job.checkpointable): the same jobs for every policy and replica
+    checkpointable: float = 0.0
 
     def measured(self, outcomes: Sequence[JobOutcome]) -> list[JobOutcome]:
         start = self.measure_from
@@ -59,9 +61,17 @@ class Scenario:
         if self.request_shape == "per-node":
             submitted = tuple(as_submitted(job, max(sizes[None])) for job in submitted)
         jobs = [job for job in submitted if can_ever_run(job, sizes)]
-        if self.checkpointable:
-            jobs = [replace(job, checkpointable=True) for job in jobs]
+        if self.checkpointable > 0:
+            jobs = [replace(job, checkpointable=_drawn(job.job_id, self.checkpointable))
+                    for job in jobs]
         return jobs, len(self.trace.jobs) - len(jobs)
+
+
+def _drawn(job_id: str, share: float) -> bool:
+    """Whether a job is in the ``share`` of jobs picked by a hash of its id (no random state:
+    every policy and replica gets the same jobs)."""
+    digest = hashlib.blake2b(job_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 < share
 
 
 def as_submitted(job: Job, largest_node: int) -> Job:

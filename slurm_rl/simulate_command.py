@@ -53,7 +53,7 @@ def build_scenario(options: dict[str, Any]) -> Scenario:
     config = SimConfig(mode=options["mode"], cycle_s=options["cycle_s"], seed=options["seed"],
                        restart_overhead_s=options.get("restart_overhead_s") or 300.0)
     return Scenario(spec=spec, trace=trace, sim=config, fluctuation=not options["no_fluctuation"],
-                    measure_from=measure_from, checkpointable=bool(options.get("checkpointable")))
+                    measure_from=measure_from, checkpointable=options.get("checkpointable") or 0.0)
 
 
 def policy_names(text: str | None) -> list[str]:

@@ -179,3 +179,19 @@ def test_in_a_backlog_the_gain_threshold_gives_way_to_the_plain_rule():
 
     assert in_backlog(3.5 * 3600) == {}  # the gain rule would move it; 4 h have not passed
     assert in_backlog(4.1 * 3600) == {"long": Placement(("a100-0",), (4,))}
+
+
+def test_a_scenario_makes_the_same_share_of_jobs_checkpointable_for_every_replica():
+    from slurm_rl.scenario import Scenario
+    from slurm_rl.simulator.cluster_spec import load_cluster_spec
+    from slurm_rl.traces.model import Trace
+
+    jobs = tuple(job(f"j{i}", float(i), 1, 100.0) for i in range(2000))
+    trace = Trace("t", jobs, "V100", "test")
+    half = Scenario(load_cluster_spec("tiny"), trace, checkpointable=0.5)
+    chosen = {j.job_id for j in half.runnable_jobs()[0] if j.checkpointable}
+    assert 900 < len(chosen) < 1100
+    assert {j.job_id for j in half.replica(3).runnable_jobs()[0] if j.checkpointable} == chosen
+    every = Scenario(load_cluster_spec("tiny"), trace, checkpointable=1.0).runnable_jobs()[0]
+    none = Scenario(load_cluster_spec("tiny"), trace).runnable_jobs()[0]
+    assert all(j.checkpointable for j in every) and not any(j.checkpointable for j in none)

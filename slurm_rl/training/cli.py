@@ -100,9 +100,11 @@ def train_command(**options: Any) -> None:
 @click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=1),
               help="Replay each policy under this many machine-fluctuation seeds (the "
                    "cluster's, then +1, +2, ...); the verdict compares the means.")
-@click.option("--checkpointable", is_flag=True,
-              help="Every job checkpoints and may be requeued: the dual agent (and rwgp) may "
-                   "migrate running jobs to faster nodes; the baselines never move one.")
+@click.option("--checkpointable", type=click.FloatRange(0.0, 1.0), is_flag=False,
+              flag_value=1.0, default=0.0, metavar="[SHARE]",
+              help="Every job (or this share of them, e.g. =0.5) checkpoints and may be "
+                   "requeued: the dual agent may migrate running jobs to faster nodes; the "
+                   "baselines never move one.")
 @click.option("--restart-overhead", "restart_overhead_s", default=300.0, show_default=True,
               type=click.FloatRange(min=0.0),
               help="Seconds of work a migrated job loses (since its checkpoint, and reloading).")

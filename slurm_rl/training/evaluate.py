@@ -237,8 +237,9 @@ def _percent(values: Sequence[float]) -> str:
 def _markdown(policies: Sequence[PolicyRuns], scenario: Scenario, seeds: Sequence[int],
               outcome: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
     replicas = len(seeds)
-    moves = (f"; every job checkpointable (moves allowed, {scenario.sim.restart_overhead_s:g} s "
-             "lost per move)" if scenario.checkpointable else "")
+    moves = (f"; {scenario.checkpointable:.0%} of jobs checkpointable (moves allowed, "
+             f"{scenario.sim.restart_overhead_s:g} s lost per move)"
+             if scenario.checkpointable else "")
     lines = [f"# Evaluation: {scenario.trace.name} on {scenario.cluster.name}, "
              f"{scenario.sim.mode} mode{moves}", "",
              "The dual agent is our reconstruction of the KDD 2023 paper's design (only its "
