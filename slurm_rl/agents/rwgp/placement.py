@@ -118,8 +118,8 @@ class PlacementConfig:
     model_path: str | None = None  # hyperparameters saved by RwgpModel.save
     migrate_after_s: float | None = 14_400.0  # run this long before a move (None: never move)
     migrate_speedup: float = 2.0  # move only to a node this many times faster
-    # outside a backlog, move when elapsed × (1 − pace here / pace there) reaches this
-    # instead (None: the two settings above at all times)
+    # outside a backlog, also move when elapsed × (1 − pace here / pace there) reaches this
+    # (None: the two settings above alone)
     migrate_gain_s: float | None = None
 
 
@@ -355,13 +355,14 @@ class RwgpPlacement:
 
     def _needed_speedup(self, elapsed: float, calm: bool) -> float:
         """How much faster a node must be to move a job there after ``elapsed`` on its own
-        (``inf``: not yet); outside a backlog by the gain threshold, if one is set."""
+        (``inf``: not yet); outside a backlog the gain threshold, if set, may allow more."""
         gain, after = self.config.migrate_gain_s, self.config.migrate_after_s
-        if gain is not None and calm:
-            return math.inf if elapsed <= gain else 1.0 / (1.0 - gain / elapsed)
-        if after is None or elapsed < after:
-            return math.inf
-        return self.config.migrate_speedup
+        plain = math.inf
+        if after is not None and elapsed >= after:
+            plain = self.config.migrate_speedup
+        if gain is None or not calm or elapsed <= gain:
+            return plain
+        return min(plain, 1.0 / (1.0 - gain / elapsed))
 
     def _faster_node(
         self, run: RunningJob, free: NDArray[np.int64], model: RwgpModel,
