@@ -268,11 +268,13 @@ def _markdown(policies: Sequence[PolicyRuns], scenario: Scenario, seeds: Sequenc
               "", f"Criteria (JCT ≥ {100 * JCT_TARGET:.0f} % better than each, fees lower than "
               f"each): **{'met' if outcome['met'] else 'not met'}**; better on both metrics "
               f"than each: **{'yes' if outcome['beats_all'] else 'no'}**.", "",
-              "## All policies", "", "| policy | avg JCT h | per replica | fees | avg queue h |",
-              "|---|---|---|---|---|"]
+              "## All policies", "",
+              "| policy | avg JCT h | per replica | fees | avg queue h | moves (mean) |",
+              "|---|---|---|---|---|---|"]
     for p in sorted(policies, key=attrgetter("jct_s")):
         each = ", ".join(f"{r.metrics.avg_jct_s / HOUR:.2f}" for r in p.runs)
+        moved = statistics.fmean(r.metrics.migrations for r in p.runs)
         lines.append(f"| {p.policy_id} | {p.jct_s / HOUR:.2f} | {each} | {p.fees:,.0f} | "
-                     f"{p.queue_s / HOUR:.2f} |")
+                     f"{p.queue_s / HOUR:.2f} | {moved:,.0f} |")
     lines += ["", "Plots and the full table of the first replica: [report.md](report.md).", ""]
     return "\n".join(lines)
