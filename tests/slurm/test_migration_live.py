@@ -26,8 +26,13 @@ OPT_IN = ("--requeue", "--comment=slurm-rl:checkpoint")
 
 
 def _running_on(live: LiveCluster, node: str, *options: str) -> str:
-    """A one-GPU job of any type, started at once on ``node``."""
-    job_id = live.sbatch("alice", "--gres=gpu:1", "-t", "10", *options)
+    """A one-GPU job of any type, started at once on ``node``. Its script notes in the jobs
+    directory each start (Slurm's restart count, the node) and a SIGTERM."""
+    log = f"{live.jobs_dir}/starts.$SLURM_JOB_ID"
+    script = (f"trap 'echo term >> {log}; exit 0' TERM; "
+              f"echo start ${{SLURM_RESTART_COUNT:-0}} $SLURMD_NODENAME >> {log}; "
+              "sleep 300 & wait")
+    job_id = live.sbatch("alice", "--gres=gpu:1", "-t", "10", *options, script=script)
     pin = ("scontrol", "update", f"JobId={job_id}", f"ReqNodeList={node}", "NumNodes=1-1",
            "StartTime=now")
     assert live.run(*pin).ok
@@ -63,6 +68,11 @@ def test_an_opted_in_job_moves_to_the_chosen_node_and_no_other_job_is_touched(
     assert (report[stays].kind, report[stays].sent) == ("not_movable", False)
     moved = live.wait_state(mover, "RUNNING", timeout_s=SCHED_SLACK_S)
     assert moved.nodes == (a100[0],) and moved.raw["Restarts"] == "1"
+    # The script got SIGTERM at the requeue, then ran again from the top on the new node.
+    starts = Path(live.jobs_dir) / f"starts.{mover}"
+    expected = f"start 0 {v100[0]}\nterm\nstart 1 {a100[0]}\n"
+    live.wait_for(lambda: starts.read_text() == expected, "the restart's own start line",
+                  timeout_s=SCHED_SLACK_S)
     untouched = live.job(stays)
     assert untouched.state == "RUNNING" and untouched.nodes == (v100[0],)
     assert untouched.raw["Restarts"] == "0"
