@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from slurm_rl import __version__
+from slurm_rl.cli_options import checkpoint_options
 from slurm_rl.errors import SlurmRLError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -91,14 +92,7 @@ def main() -> None:
 @click.option("--cycle", "cycle_s", default=10.0, show_default=True,
               type=click.FloatRange(min=0.0), help="Seconds between decisions.")
 @click.option("--no-fluctuation", is_flag=True, help="Machines keep their nominal speed.")
-@click.option("--checkpointable", type=click.FloatRange(0.0, 1.0), is_flag=False,
-              flag_value=1.0, default=0.0, metavar="[SHARE]",
-              help="Every job (or this share of them, e.g. =0.5) checkpoints and may be "
-                   "requeued: placements that move running jobs (rwgp, the dual agent) may "
-                   "migrate them to faster nodes.")
-@click.option("--restart-overhead", "restart_overhead_s", default=300.0, show_default=True,
-              type=click.FloatRange(min=0.0),
-              help="Seconds of work a migrated job loses (since its checkpoint, and reloading).")
+@checkpoint_options
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--fee-weight", "fee_weight", default=None, type=click.FloatRange(min=0.0),
               help="λ per $ in the reward −(JCT h + λ·fees), for placements that take one "

@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 
 from slurm_rl.agents.ordering.agent import CHOOSERS, default_bundle_path, load_bundle
+from slurm_rl.cli_options import checkpoint_options
 from slurm_rl.errors import InputError
 from slurm_rl.training.evaluate import PLACEMENTS
 from slurm_rl.training.pool import BACKENDS
@@ -100,14 +101,7 @@ def train_command(**options: Any) -> None:
 @click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=1),
               help="Replay each policy under this many machine-fluctuation seeds (the "
                    "cluster's, then +1, +2, ...); the verdict compares the means.")
-@click.option("--checkpointable", type=click.FloatRange(0.0, 1.0), is_flag=False,
-              flag_value=1.0, default=0.0, metavar="[SHARE]",
-              help="Every job (or this share of them, e.g. =0.5) checkpoints and may be "
-                   "requeued: the dual agent may migrate running jobs to faster nodes; the "
-                   "baselines never move one.")
-@click.option("--restart-overhead", "restart_overhead_s", default=300.0, show_default=True,
-              type=click.FloatRange(min=0.0),
-              help="Seconds of work a migrated job loses (since its checkpoint, and reloading).")
+@checkpoint_options
 def evaluate_command(**options: Any) -> None:
     """Replay held-out windows with the dual agent, its ablations and every baseline."""
     import os
