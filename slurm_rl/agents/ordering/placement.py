@@ -23,6 +23,10 @@ from slurm_rl.agents.ordering.network import PlacementHead
 from slurm_rl.core import ClusterSnapshot, Job, JobId, Placement
 
 
+def _any_movable(snapshot: ClusterSnapshot) -> bool:
+    return any(run.job.checkpointable for run in snapshot.running)
+
+
 class LearnedPlacement:
     """Placement by a learned head over per-type candidates (:mod:`.candidates`)."""
 
@@ -55,7 +59,7 @@ class LearnedPlacement:
         """The chooser's moves of running jobs, judged as it judges every job: without the
         job's model family (:mod:`.candidates`)."""
         chooser = self.generator.chooser
-        if not isinstance(chooser, MigratingPlacement) or not snapshot.running:
+        if not isinstance(chooser, MigratingPlacement) or not _any_movable(snapshot):
             return {}
         running = tuple(
             dataclasses.replace(r, job=dataclasses.replace(r.job, model_family=""))

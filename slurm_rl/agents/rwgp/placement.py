@@ -336,7 +336,8 @@ class RwgpPlacement:
         self, snapshot: ClusterSnapshot, free_gpus: Sequence[int]
     ) -> dict[JobId, Placement]:
         """Running jobs to move to nodes left free, and where (module docstring)."""
-        if self.config.migrate_after_s is None and self.config.migrate_gain_s is None:
+        never = self.config.migrate_after_s is None and self.config.migrate_gain_s is None
+        if never or not any(_movable(run) for run in snapshot.running):
             return {}
         model = self._model_for(snapshot.cluster)
         free = np.asarray(free_gpus, dtype=np.int64).copy()
