@@ -298,6 +298,8 @@ def test_best_fit_places_a_typed_job_on_its_gpu_type(
     for job in doc["jobs"]:
         if str(job["job_id"]) == ROLES["user_begin"]:
             job["tres_per_node"] = "gres:gpu:a100:1"
+            # deferred by the plugin, not by its user: the scheduler's to place (waiting.py)
+            job["admin_comment"] = f"slurm-rl:deferred:{job['eligible_time']}"
     runner.answer(SQUEUE, json.dumps(doc))
     daemon, _, _ = make_daemon(runner)
     with caplog.at_level(logging.INFO):

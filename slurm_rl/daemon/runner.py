@@ -21,6 +21,7 @@ import select
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -335,7 +336,8 @@ class Daemon:
         if summary is not None:
             _log_summary(self.cycles, parts.config, summary, duration)
             self.metrics.healthy(duration, self._clock(), summary.pending, summary.running,
-                                 summary.actions, summary.job_errors)
+                                 summary.actions, summary.job_errors,
+                                 Counter(parts.source.set_aside.values()))
         return CycleResult(True, duration, summary)
 
     # -- the loop ------------------------------------------------------------------------

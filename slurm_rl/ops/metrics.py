@@ -23,6 +23,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from slurm_rl.slurm.waiting import WAIT_KINDS
+
 log = logging.getLogger("slurm_rl.daemon")
 
 BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -58,6 +60,9 @@ class DaemonMetrics:
                                     ["kind"], registry=r)
         self.pending = Gauge("slurm_rl_pending_jobs", "Pending jobs in managed partitions",
                              registry=r)
+        self.set_aside = Gauge("slurm_rl_set_aside_jobs", "Pending jobs left to Slurm while "
+                               "they wait on a hold, dependency, begin time or limit",
+                               ["waits_on"], registry=r)
         self.running = Gauge("slurm_rl_running_jobs", "Running jobs in managed partitions",
                              registry=r)
         self.model = Gauge("slurm_rl_active_model_info", "The policy (and bundle version) "
@@ -89,10 +94,13 @@ class DaemonMetrics:
         self.model.labels(policy=policy, version=version).set(1)
 
     def healthy(self, duration_s: float, now: float, pending: int, running: int,
-                actions: Mapping[str, int], job_errors: Mapping[str, int]) -> None:
+                actions: Mapping[str, int], job_errors: Mapping[str, int],
+                set_aside: Mapping[str, int] | None = None) -> None:
         self.cycles.labels(result="healthy").inc()
         self.cycle_duration.observe(duration_s)
         self.pending.set(pending)
+        for kind in WAIT_KINDS:
+            self.set_aside.labels(waits_on=kind).set((set_aside or {}).get(kind, 0))
         self.running.set(running)
         self.last_healthy.set(now)
         for action, count in actions.items():

@@ -3,11 +3,14 @@
 Only GPU jobs are ours: a job without a GPU request is ignored, and so is a node without
 GPUs. With ``partitions`` set, only jobs and nodes in those partitions count. Finished jobs
 come from squeue itself (slurmctld keeps them for ``MinJobAge`` seconds) and are reported
-once each.
+once each. Pending jobs that wait on something no decision changes (held, a dependency, a
+user's ``--begin``, a limit: :mod:`slurm_rl.slurm.waiting`) are left out of the snapshot and
+listed in :attr:`SlurmSource.set_aside`.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +28,9 @@ from slurm_rl.core import (
 from slurm_rl.slurm.client import SlurmClient
 from slurm_rl.slurm.gres import gpu_counts, single_request
 from slurm_rl.slurm.records import JobsReport, NodesReport, SlurmJob, SlurmNode
+from slurm_rl.slurm.waiting import waits_on
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +178,8 @@ class SlurmSource:
         self._reported: set[str] = set()
         self._placements: dict[str, Placement] = {}
         self._cores: dict[str, Job] = {}  # this query's jobs as core types, built once
+        # pending jobs left out of the last snapshot, by id: what they wait on (waiting.py)
+        self.set_aside: dict[str, str] = {}
 
     def state(self) -> SlurmState:
         """Query Slurm once (squeue, sinfo) and keep the result as :attr:`last_state`."""
@@ -186,7 +194,7 @@ class SlurmSource:
     def snapshot(self) -> ClusterSnapshot:
         state = self.state()
         cluster, free = build_cluster(state.nodes.nodes, self.cluster_name(state), self.config)
-        pending, running, finished = self._split(state.managed.values())
+        pending, running, finished = self._split(state.managed.values(), state.time)
         return ClusterSnapshot(state.time, cluster, free, pending, running, finished)
 
     def cluster_name(self, state: SlurmState) -> str:
@@ -206,9 +214,10 @@ class SlurmSource:
         return True
 
     def _split(
-        self, jobs: Iterable[SlurmJob]
+        self, jobs: Iterable[SlurmJob], now: float
     ) -> tuple[tuple[Job, ...], tuple[RunningJob, ...], tuple[FinishedJob, ...]]:
         pending: list[Job] = []
+        set_aside: dict[str, str] = {}
         running: list[RunningJob] = []
         finished: list[FinishedJob] = []
         seen: set[str] = set()
@@ -219,15 +228,26 @@ class SlurmSource:
                 continue
             if job.is_pending:
                 self._reported.discard(job.job_id)  # a requeued job may finish again
-                pending.append(core)
+                waits = waits_on(job, now)
+                if waits is None:
+                    pending.append(core)
+                else:
+                    set_aside[job.job_id] = waits
             elif job.is_active:
                 self._reported.discard(job.job_id)
                 running.extend(self._running(job, core))
             elif job.is_finished:
                 finished.extend(self._finished(job, core))
         self._forget_missing(seen)
+        self._note_set_aside(set_aside)
         pending.sort(key=lambda j: (j.submit_time, numeric_id(j.job_id)))
         return tuple(pending), tuple(running), tuple(finished)
+
+    def _note_set_aside(self, set_aside: dict[str, str]) -> None:
+        for job_id, waits in sorted(set_aside.items()):
+            if self.set_aside.get(job_id) != waits:
+                log.info("job %s left to Slurm while it waits (%s)", job_id, waits)
+        self.set_aside = set_aside
 
     def _running(self, job: SlurmJob, core: Job) -> list[RunningJob]:
         placement = placement_of(job, core)

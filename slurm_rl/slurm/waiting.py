@@ -1,0 +1,62 @@
+"""Pending jobs that Slurm will not start whatever a scheduler decides: they are set aside.
+
+A job held by its user or an admin, one waiting on a dependency, one whose user asked for a
+later ``--begin``, or one blocked by an association/QOS limit or by its partition's state is
+not the agents' to order or place: a placement given to it would hold GPUs in the decision
+that no job uses, and a pin set on it now (Slurm 22.05.8 accepts ``ReqNodeList`` and
+``StartTime`` on a held job, rc 0) would tie it to nodes chosen long before it can run. The
+snapshot leaves such jobs out; Slurm starts them by its own rules once what they wait on is
+gone, or, for a deferred job, the next cycle sees it pending for resources and orders it.
+
+Measured on Slurm 22.05.8 (``squeue --json``): a job submitted with ``--dependency`` shows
+``state_reason`` ``Dependency`` at once, also while the plugin's deferral window runs
+(``DependencyNeverSatisfied`` once the parent failed); ``--hold`` gives ``priority`` 0 and
+``JobHeldUser`` (also with a dependency); a user's future ``--begin`` shows ``BeginTime``
+with no deferral tag in ``admin_comment``. Jobs pending for nodes that went down
+(``ReqNodeNotAvail``) or a pin that cannot hold (``BadConstraints``) stay in: the daemon may
+have set that pin and is the one to change it.
+"""
+
+from __future__ import annotations
+
+from slurm_rl.slurm.deferral import deferred_until
+from slurm_rl.slurm.records import SlurmJob
+
+HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
+DEPENDENCY_REASONS = frozenset({"Dependency", "DependencyNeverSatisfied"})
+# The job's request does not fit its partition, account or QOS as configured now.
+CONFIG_REASONS = frozenset({
+    "PartitionDown", "PartitionInactive", "PartitionConfig", "PartitionNodeLimit",
+    "PartitionTimeLimit", "AccountNotAllowed", "InvalidAccount", "Reservation",
+    "AccountingPolicy",
+})
+# Association and QOS limits (AssocGrpGRES, QOSMaxGRESPerUser, ...), per-account QOS limits.
+LIMIT_PREFIXES = ("Assoc", "QOS")
+LIMIT_SUFFIX = "PerAccount"
+
+WAIT_KINDS = ("held", "dependency", "begin_time", "limit", "configuration")
+
+
+def waits_on(job: SlurmJob, now: float) -> str | None:
+    """What a pending job waits on that no scheduling decision can change (one of
+    :data:`WAIT_KINDS`), or None when it is the scheduler's to start."""
+    reason = job.reason
+    if job.priority == 0 or reason in HELD_REASONS:
+        return "held"
+    if reason in DEPENDENCY_REASONS:
+        return "dependency"
+    if _users_begin_time(job, now):
+        return "begin_time"
+    if reason.startswith(LIMIT_PREFIXES) or (reason.startswith("Max")
+                                              and reason.endswith(LIMIT_SUFFIX)):
+        return "limit"
+    if reason in CONFIG_REASONS:
+        return "configuration"
+    return None
+
+
+def _users_begin_time(job: SlurmJob, now: float) -> bool:
+    """A begin time in the future that neither the plugin nor the daemon set: the user's."""
+    if job.eligible_time is None or job.eligible_time <= now:
+        return False
+    return job.reason == "BeginTime" and deferred_until(job.admin_comment) is None
