@@ -11,6 +11,7 @@ written with the next cycle, so an outcome is never lost to a store hiccup.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -19,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurm_rl.core import ClusterSnapshot, Decision, FinishedJob
+from slurm_rl.core import ClusterSnapshot, Decision, FinishedJob, RunningJob
 from slurm_rl.daemon import jobcomp
 from slurm_rl.daemon.jobcomp import JobcompLog
 from slurm_rl.ops.reasons import merge
@@ -55,6 +56,13 @@ def action_record(outcome: JobOutcome, why: Mapping[str, Any] | None = None) -> 
         answer=answer,
         details=merge(details or None, dict(why) if why else None),
     )
+
+
+def _with_run(record: ActionRecord, run: RunningJob) -> ActionRecord:
+    """A move's row keeps the run it ended: Slurm resets a requeued job's start time, and
+    retraining counts the job's run time from its first start (slurm_rl/retrain/window.py)."""
+    moved_from = {"nodes": list(run.placement.nodes), "start_time": run.start_time}
+    return dataclasses.replace(record, details={**(record.details or {}), "moved_from": moved_from})
 
 
 def _signature(record: ActionRecord, decision: Decision) -> Signature:
@@ -160,8 +168,11 @@ class StoreRecorder:
         self._stored = {k: v for k, v in self._stored.items() if k in pending}
         fresh = []
         reasons: Mapping[str, Any] = getattr(self.explainer, "explanations", None) or {}
+        runs = {run.job.job_id: run for run in snapshot.running}
         for outcome in outcomes:
             record = action_record(outcome, reasons.get(outcome.job_id))
+            if outcome.kind == "migrate" and outcome.returncode == 0 and outcome.job_id in runs:
+                record = _with_run(record, runs[outcome.job_id])
             signature = _signature(record, decision)
             if not _same_decision(self._stored.get(record.job_id), signature):
                 fresh.append((record, signature))

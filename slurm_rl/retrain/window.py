@@ -93,6 +93,7 @@ def load_window(engine: Engine, cluster: str | None, days: float, now: float) ->
                         exists().where(DecisionRow.job_key == JobRow.job_key))
                  .order_by(JobRow.submit_time, JobRow.job_id))
         rows = [(row[0], row[1]) for row in session.execute(query)]
+        first_starts = _first_starts(session)
     if not rows:
         raise RetrainSkipped(f"no finished jobs the daemon scheduled in the last {days:g} days")
     chosen = cluster or Counter(job.cluster for job, _ in rows).most_common(1)[0][0]
@@ -104,7 +105,8 @@ def load_window(engine: Engine, cluster: str | None, days: float, now: float) ->
     names = {node.name for node in nodes}
     jobs, unusable = [], 0
     for job, outcome in rows:
-        logged = _logged(job, outcome) if job.cluster == chosen else None
+        logged = (_logged(job, outcome, first_starts.get(job.job_key))
+                  if job.cluster == chosen else None)
         if logged is None or not set(logged.nodes) <= names:
             unusable += int(job.cluster == chosen)
             continue
@@ -117,16 +119,39 @@ def load_window(engine: Engine, cluster: str | None, days: float, now: float) ->
                         tuple(nodes))
 
 
-def _logged(job: JobRow, outcome: OutcomeRow) -> LoggedJob | None:
-    """A finished job that really ran (start before end, on named nodes), else None."""
+def _first_starts(session: Session) -> dict[str, float]:
+    """Per job key, when the first of its runs began, for jobs the daemon moved (a move's row
+    keeps the run it ended, ``details.moved_from``): Slurm resets a requeued job's start
+    time, so its outcome holds the last run only."""
+    query = select(DecisionRow.job_key, DecisionRow.details).where(
+        DecisionRow.action == "migrate", DecisionRow.slurm_rc == 0)
+    found: dict[str, float] = {}
+    for key, details in session.execute(query):
+        started = _moved_from_start(details)
+        if started is not None:
+            found[key] = min(started, found.get(key, started))
+    return found
+
+
+def _moved_from_start(details: object) -> float | None:
+    moved = details.get("moved_from") if isinstance(details, dict) else None
+    started = moved.get("start_time") if isinstance(moved, dict) else None
+    return float(started) if isinstance(started, int | float) else None
+
+
+def _logged(job: JobRow, outcome: OutcomeRow, first_start: float | None = None
+            ) -> LoggedJob | None:
+    """A finished job that really ran (start before end, on named nodes), else None; a moved
+    job's run time counts from its first start (its runs and the short restarts between)."""
     nodes = tuple(n for n in outcome.nodes.split(",") if n)
     if outcome.end_time <= outcome.start_time or not nodes or job.num_gpus <= 0:
         return None
-    if outcome.start_time < job.submit_time - 1.0:
+    start = outcome.start_time if first_start is None else min(first_start, outcome.start_time)
+    if start < job.submit_time - 1.0:
         return None
     return LoggedJob(
         job_id=job.job_id, user=job.user, partition=job.partition,
-        submit_time=job.submit_time, start_time=outcome.start_time,
+        submit_time=job.submit_time, start_time=start,
         end_time=outcome.end_time, num_gpus=job.num_gpus,
         num_nodes=job.num_nodes or len(nodes), gpu_type=job.gpu_type,
         time_limit_s=job.time_limit_s, nodes=nodes, state=outcome.state,

@@ -98,6 +98,7 @@ def test_the_daemon_moves_only_with_migrate_on_and_stores_the_move(
     source = SlurmSource(live.client)
     a100, v100 = _nodes(source.snapshot(), "a100"), _nodes(source.snapshot(), "v100")
     mover = _running_on(live, v100[-1], *OPT_IN)
+    started = live.job(mover).start_time
     to = Placement((a100[-1],), (1,))
     for migrate in (False, True):
         daemon = _daemon(live, tmp_path, policy="fifo+best-fit", migrate=migrate)
@@ -115,3 +116,8 @@ def test_the_daemon_moves_only_with_migrate_on_and_stores_the_move(
     assert row.argv == ["scontrol", "requeue", mover]
     moved = live.wait_state(mover, "RUNNING", timeout_s=SCHED_SLACK_S)
     assert moved.nodes == (a100[-1],) and moved.raw["Restarts"] == "1"
+    # the row keeps the run the move ended: Slurm's start time is now the restart's
+    assert row.details is not None
+    assert row.details["moved_from"]["nodes"] == [v100[-1]]
+    assert row.details["moved_from"]["start_time"] == started
+    assert moved.start_time is not None and moved.start_time > started
