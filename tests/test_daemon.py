@@ -7,6 +7,7 @@ update with success); the store is a real SQLite file and the signals are real s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -580,3 +581,34 @@ def test_a_placed_job_slurm_has_not_started_yet_is_not_stored_again() -> None:
     assert not _same_decision(placed, waiting[:-1] + (("a100-2",),))  # other nodes: new row
     assert not _same_decision(placed, ("multifactor+first-fit",) + waiting[1:])  # new policy
     assert not _same_decision(None, waiting)  # first decision for the job
+
+
+class _AlwaysMoving:
+    """The configured scheduler, plus the same move every cycle."""
+
+    def __init__(self, inner: Any, job_id: str, to: Placement) -> None:
+        self.inner, self.job_id, self.to = inner, job_id, to
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        decision = self.inner.decide(snapshot)
+        return dataclasses.replace(decision, migrations={self.job_id: self.to})
+
+
+def test_a_refused_move_asked_for_every_cycle_is_stored_once(make_daemon: Any) -> None:
+    runner = _cluster()
+    doc = json.loads(fixture_text("22.05", "squeue.json"))
+    for job in doc["jobs"]:
+        if str(job["job_id"]) == ROLES["running_gpus"]:  # one node (v100-01), opted in
+            job.update(comment="slurm-rl:checkpoint", requeue=True, excluded_nodes="a100-02")
+    runner.answer(SQUEUE, json.dumps(doc))
+    daemon, _, clock = make_daemon(runner, migrate=True)
+    moving = _AlwaysMoving(daemon.parts.scheduler, ROLES["running_gpus"],
+                           Placement(("a100-02",), (3,)))
+    daemon.parts = dataclasses.replace(daemon.parts, scheduler=moving)
+    for _ in range(3):
+        assert daemon.run_once().ok
+        clock.now += 10
+    rows = daemon.store.decisions_for("slurm", ROLES["running_gpus"])
+    assert [(r.action, (r.details or {}).get("note")) for r in rows] == [
+        ("not_movable", "not moved: its ExcNodeList names a100-02")]
+    assert not [argv for argv in runner.argvs if argv[:2] == ("scontrol", "requeue")]

@@ -9,6 +9,7 @@ import json
 from slurm_rl.core import Decision, Placement
 from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
 from slurm_rl.slurm.client import CliSlurmClient
+from slurm_rl.slurm.migration import satisfies
 from slurm_rl.slurm.proc import CommandResult
 from slurm_rl.slurm.source import SlurmSource
 from tests.slurm.fakes import FakeRunner, fixture_text, recorded_cluster
@@ -21,13 +22,16 @@ PENDING = "3"
 TO_A100 = Placement(("a100-02",), (2,))
 
 
-def _cluster(comment: str = "slurm-rl:checkpoint", requeue: bool = True) -> FakeRunner:
-    """The recording, with the running one-node job's comment and requeue flag set."""
+def _cluster(comment: str = "slurm-rl:checkpoint", requeue: bool = True,
+             **fields: str) -> FakeRunner:
+    """The recording, with the running one-node job's comment and requeue flag (and any
+    other squeue field given) set."""
     runner = recorded_cluster("22.05")
     doc = json.loads(fixture_text("22.05", "squeue.json"))
     for job in doc["jobs"]:
         if str(job["job_id"]) == RUNNING_ONE_NODE:
             job["comment"], job["requeue"] = comment, requeue
+            job.update(fields)
     runner.answer(("squeue", "--json"), json.dumps(doc))
     return runner
 
@@ -118,3 +122,34 @@ def test_a_job_still_completing_is_released_on_the_next_cycle() -> None:
     assert (released.kind, released.sent) == ("release", True)
     assert runner.argvs == [("scontrol", "update", f"JobId={RUNNING_ONE_NODE}", "StartTime=now")]
     assert actuator.apply(Decision("p", ())).outcomes == ()  # released once
+
+
+def test_a_move_its_exclusion_or_constraint_forbids_is_refused() -> None:
+    """Slurm 22.05.8 keeps such a requeued job pending with BadConstraints for good
+    (measured): the move would strand it. The recorded a100 nodes have feature ``a100``."""
+    cases = {
+        (("excluded_nodes", "a100-02"),): "not moved: its ExcNodeList names a100-02",
+        (("features", "v100"),): "not moved: --constraint=v100 does not hold on a100-02 "
+                                 "(or cannot be checked)",
+        (("features", "[a100|v100]"),): "not moved: --constraint=[a100|v100] does not hold on "
+                                        "a100-02 (or cannot be checked)",
+    }
+    for fields, note in cases.items():
+        runner = _cluster(**dict(fields))
+        report = _actuator(runner).apply(Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100}))
+        assert [(o.kind, o.note) for o in report.outcomes] == [("not_movable", note)]
+        assert runner.argvs == []
+    for fields in ({"features": "a100"}, {"features": "a100|v100"},
+                   {"excluded_nodes": "v100-03"}):
+        runner = _cluster(**fields)
+        _pending_after_requeue(runner, RUNNING_ONE_NODE)
+        report = _actuator(runner).apply(Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100}))
+        assert [o.kind for o in report.outcomes] == ["migrate"], fields
+
+
+def test_plain_constraints_are_read_and_others_count_as_not_met() -> None:
+    assert satisfies("a100", ("a100", "ib"))
+    assert satisfies("a100&ib", ("a100", "ib")) and not satisfies("a100&ib", ("a100",))
+    assert satisfies("a100|v100", ("v100",)) and not satisfies("a100|v100", ("t4",))
+    for unread in ("a100*2", "[a100|v100]", "a100,ib", "(a100&ib)|v100", ""):
+        assert not satisfies(unread, ("a100", "ib", "v100")), unread

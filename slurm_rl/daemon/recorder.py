@@ -37,6 +37,7 @@ OUTCOME_SOURCE = "squeue"
 MAX_BUFFERED_OUTCOMES = 100_000
 
 Signature = tuple[object, ...]
+MOVE_REFUSALS = frozenset({"not_running", "not_movable", "over_cap"})
 Queued = tuple[str, str, FinishedJob]  # cluster, source, job
 
 
@@ -164,11 +165,14 @@ class StoreRecorder:
         self, snapshot: ClusterSnapshot, decision: Decision, outcomes: Iterable[JobOutcome]
     ) -> list[tuple[ActionRecord, Signature]]:
         pending = {job.job_id for job in snapshot.pending}
+        runs = {run.job.job_id: run for run in snapshot.running}
         # Forget jobs that left the queue: a requeued job gets its first decision stored again.
-        self._stored = {k: v for k, v in self._stored.items() if k in pending}
+        # A running job's refused move is kept, or a policy asking again every cycle would
+        # store one row a cycle.
+        self._stored = {k: v for k, v in self._stored.items()
+                        if k in pending or (k in runs and v[1] in MOVE_REFUSALS)}
         fresh = []
         reasons: Mapping[str, Any] = getattr(self.explainer, "explanations", None) or {}
-        runs = {run.job.job_id: run for run in snapshot.running}
         for outcome in outcomes:
             record = action_record(outcome, reasons.get(outcome.job_id))
             if outcome.kind == "migrate" and outcome.returncode == 0 and outcome.job_id in runs:

@@ -411,7 +411,8 @@ class SlurmActuator:
         """Requeue and re-pin the running jobs the decision moves (only when enabled)."""
         if not (self.config.migrate and decision.migrations) or self.mode is Mode.ADVISE:
             return
-        for step in plan_moves(decision, state.job, self.config.max_migrations):
+        features = {node.name: node.features for node in state.nodes.nodes}
+        for step in plan_moves(decision, state.job, self.config.max_migrations, features):
             if isinstance(step, Refusal):
                 outcomes[step.job_id] = JobOutcome(step.job_id, step.kind, note=step.note)
             else:

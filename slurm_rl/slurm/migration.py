@@ -16,8 +16,9 @@ later cycle. At most ``max_migrations`` jobs move per cycle. A requeue cannot be
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ClusterShell.NodeSet import NodeSet
@@ -54,7 +55,8 @@ class Refusal:
 
 
 def plan_moves(
-    decision: Decision, job: Callable[[str], SlurmJob | None], cap: int
+    decision: Decision, job: Callable[[str], SlurmJob | None], cap: int,
+    node_features: Mapping[str, Sequence[str]] | None = None,
 ) -> Iterator[Move | Refusal]:
     """The decision's migrations that may be sent (up to ``cap``), and why others may not."""
     sent = 0
@@ -65,11 +67,41 @@ def plan_moves(
         elif not current.checkpointable:
             opt_in = f"--requeue and --comment={CHECKPOINT_TAG}"
             yield Refusal(job_id, "not_movable", f"not moved: it did not opt in ({opt_in})")
+        elif (conflict := target_conflict(current, placement, node_features or {})) is not None:
+            yield Refusal(job_id, "not_movable", f"not moved: {conflict}")
         elif sent >= cap:
             yield Refusal(job_id, "over_cap", f"not moved: {cap} moves per cycle at most")
         else:
             sent += 1
             yield Move(job_id, placement)
+
+
+def target_conflict(job: SlurmJob, placement: Placement,
+                    node_features: Mapping[str, Sequence[str]]) -> str | None:
+    """Why the requeued job could never start on ``placement`` (None: it could). Measured on
+    Slurm 22.05.8: a requeued job pinned to a node its ``ExcNodeList`` names, or to one without
+    a feature its ``--constraint`` asks for, stays pending with ``BadConstraints`` for good."""
+    excluded = set(job.excluded_nodes) & set(placement.nodes)
+    if excluded:
+        return f"its ExcNodeList names {','.join(sorted(excluded))}"
+    if not job.features:
+        return None
+    for node in placement.nodes:
+        if not satisfies(job.features, node_features.get(node, ())):
+            return f"--constraint={job.features} does not hold on {node} (or cannot be checked)"
+    return None
+
+
+def satisfies(constraint: str, features: Sequence[str]) -> bool:
+    """Whether a node with ``features`` meets a plain ``--constraint``: names joined by ``&``
+    (all) or by ``|`` (any). Anything else (counts, brackets, node-change operators) is not
+    read, and counts as not met: a move must never strand a job."""
+    have = set(features)
+    if re.fullmatch(r"[\w.-]+(&[\w.-]+)*", constraint):
+        return set(constraint.split("&")) <= have
+    if re.fullmatch(r"[\w.-]+(\|[\w.-]+)+", constraint):
+        return bool(set(constraint.split("|")) & have)
+    return False
 
 
 def release_when_pending(

@@ -121,3 +121,23 @@ def test_the_daemon_moves_only_with_migrate_on_and_stores_the_move(
     assert row.details["moved_from"]["nodes"] == [v100[-1]]
     assert row.details["moved_from"]["start_time"] == started
     assert moved.start_time is not None and moved.start_time > started
+
+
+def test_a_move_the_jobs_constraint_or_exclusion_forbids_is_refused(live: LiveCluster) -> None:
+    """Sent anyway, Slurm 22.05.8 would keep the requeued job pending with BadConstraints for
+    good (measured by hand): the actuator refuses, and the job keeps running where it is."""
+    source = SlurmSource(live.client)
+    a100, v100 = _nodes(source.snapshot(), "a100"), _nodes(source.snapshot(), "v100")
+    constrained = _running_on(live, v100[0], *OPT_IN, "--constraint=v100")
+    excluding = _running_on(live, v100[0], *OPT_IN, f"--exclude={a100[0]}")
+    moves = {job_id: Placement((a100[0],), (1,)) for job_id in (constrained, excluding)}
+    actuator = SlurmActuator(live.client, ActuatorConfig(mode=Mode.ENFORCE, migrate=True),
+                             source=source)
+    source.snapshot()
+    report = {o.job_id: o for o in actuator.apply(Decision("test", (), migrations=moves)).outcomes}
+    assert report[constrained].kind == report[excluding].kind == "not_movable"
+    assert "--constraint=v100 does not hold" in report[constrained].note
+    assert f"ExcNodeList names {a100[0]}" in report[excluding].note
+    for job_id in moves:
+        job = live.job(job_id)
+        assert job.state == "RUNNING" and job.raw["Restarts"] == "0"
