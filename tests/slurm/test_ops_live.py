@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_rl.core import ClusterSnapshot, Decision
+from slurm_rl.core import ClusterSnapshot, Decision, Placement
 from slurm_rl.daemon.guard import GuardedScheduler
 from slurm_rl.daemon.runner import Daemon
 from tests.slurm.live import LiveCluster
@@ -80,22 +80,39 @@ class HoldAll:
         return Decision("hold-all", ranking=(), holds=tuple(j.job_id for j in snapshot.pending))
 
 
+class PinToBusy:
+    """A policy that ranks one job and pins it to a node another job fills: it stays pending
+    there with the daemon's node list and priority."""
+
+    def __init__(self, job_id: str, node: str) -> None:
+        self.job_id, self.node = job_id, node
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        placement = Placement((self.node,), (2,))
+        return Decision("pin-to-busy", ranking=(self.job_id,),
+                        placements={self.job_id: placement})
+
+
 def test_revert_restores_node_lists_priorities_and_deferrals(
     live: LiveCluster, tmp_path: Path
 ) -> None:
     _native(live)
-    # A user's own --begin: the daemon pins and prioritises it but may not start it early,
-    # so it stays pending with the daemon's node list and priority.
-    pinned = live.sbatch("alice", "--gres=gpu:a100:2", "-t", "10", "--begin=now+300")
+    blocker = live.sbatch("alice", "--gres=gpu:a100:8", "-t", "10")
+    assert live.run("scontrol", "update", f"JobId={blocker}", "StartTime=now").ok
+    busy = live.wait_state(blocker, "RUNNING", timeout_s=SCHED_SLACK_S).nodes[0]
+    pinned = live.sbatch("alice", "--gres=gpu:a100:2", "-t", "10")
     before = live.job(pinned)
     assert before.required_nodes == () and before.reason == "BeginTime"
-    daemon = _daemon(live, tmp_path, policy="fifo+best-fit")
+    daemon = _daemon(live, tmp_path)
+    daemon.parts = dataclasses.replace(daemon.parts,
+                                       scheduler=GuardedScheduler(PinToBusy(pinned, busy)))
     try:
         assert daemon.run_once().ok
     finally:
         daemon.close(retire=False)
     changed = live.job(pinned)
-    assert changed.required_nodes and changed.priority != before.priority
+    assert changed.required_nodes == (busy,) and changed.priority != before.priority
+    assert changed.state == "PENDING"
 
     # A policy that holds: the plugin's deferral is pushed 120 s out.
     held = live.sbatch("bob", "--gres=gpu:v100:1", "-t", "10")
@@ -117,13 +134,11 @@ def test_revert_restores_node_lists_priorities_and_deferrals(
     assert "2 jobs changed by the daemon; 2 restored, 0 failed" in done.stdout, done.stdout
     after = live.job(pinned)
     assert after.required_nodes == () and after.priority == before.priority
-    assert after.state == "PENDING"  # the user's own --begin stays
-    assert after.eligible_time is not None and after.eligible_time > time.time() + 60
     started = live.wait_state(held, "RUNNING", timeout_s=SCHED_SLACK_S + 4)
     assert started.start_time is not None and started.start_time < eligible - 60
     again = _cli(live, tmp_path, "revert")  # idempotent: nothing left to undo
-    assert again.returncode == 0 and "0 failed" in again.stdout
-    assert f"job {pinned} (PENDING): already as before" in again.stdout
+    assert again.returncode == 0
+    assert "2 jobs changed by the daemon; 0 restored, 0 failed" in again.stdout, again.stdout
 
 
 def test_revert_refuses_while_the_daemon_beats_and_rejects_a_bad_since(
