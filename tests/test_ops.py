@@ -20,12 +20,14 @@ from slurm_rl.daemon.runner import Daemon
 from slurm_rl.errors import InputError
 from slurm_rl.ops import reasons
 from slurm_rl.ops.explain import explanation, find_job, render
-from slurm_rl.ops.revert import changes, parse_since, restore_fields
+from slurm_rl.ops.revert import changes, parse_since, record, restore_fields, revert
 from slurm_rl.scheduler import Scheduler
+from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.devcluster import free_base_port
 from slurm_rl.slurm.records import SlurmJob
 from slurm_rl.store.models import DecisionRow
-from tests.test_daemon import ROLES, _cluster, _config
+from tests.slurm.fakes import fixture_text
+from tests.test_daemon import NOW, ROLES, _cluster, _config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -202,6 +204,36 @@ def test_changes_take_the_value_before_the_first_change(tmp_path: Path) -> None:
     assert later == {}
     with pytest.raises(InputError, match="--since: not a time"):
         parse_since("last tuesday")
+
+
+def test_revert_records_what_it_sent_and_a_later_revert_ignores_it(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    runner = _cluster()
+    daemon = Daemon(lambda: config, runner=runner, clock=lambda: NOW)
+    try:
+        assert daemon.run_once().ok
+        store = daemon.store
+        found = changes(store, None, None)
+        (placed,) = store.decisions_for("slurm", ROLES["pending_prio"])
+        doc = json.loads(fixture_text("22.05", "squeue.json"))
+        for job in doc["jobs"]:  # Slurm now shows the daemon's pin
+            if str(job["job_id"]) == ROLES["pending_prio"]:
+                job["required_nodes"] = placed.nodes
+        runner.answer(("squeue", "--json"), json.dumps(doc))
+        client = CliSlurmClient(runner=runner)
+        steps = revert(client, found, dry_run=False, now=NOW)
+        sent = [step for step in steps if step.sent is not None]
+        assert sent, "the recorded queue has daemon changes to undo"
+        assert record(store, steps, found, "slurm", NOW) == len(sent)
+        for step in sent:
+            (row,) = [r for r in store.decisions_for("slurm", step.job_id)
+                      if r.action == "revert"]
+            assert row.policy_id == "revert" and row.slurm_rc == 0
+            assert row.argv == list(step.sent.argv)
+            assert row.details is not None and set(row.details["before"]) == set(step.fields)
+        assert changes(store, None, None) == found  # revert's own rows are not daemon changes
+    finally:
+        daemon.close(retire=False)
 
 
 # -- packaging -----------------------------------------------------------------------------

@@ -11,12 +11,14 @@ deferred (because the daemon's heartbeat was fresh) and that the daemon never to
 released too, since the deferral exists only because the daemon ran.
 
 A running daemon would redo its decisions at its next cycle, so revert refuses while the
-heartbeat is fresh (``--force`` to go on anyway).
+heartbeat is fresh (``--force`` to go on anyway). What revert sends is stored as ``revert``
+decisions (policy and mode ``revert``), which a later revert does not count as the daemon's.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,18 +26,22 @@ from pathlib import Path
 
 import click
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 
 from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.errors import InputError, SlurmRLError
 from slurm_rl.ops.common import load, open_store, reading, safe
+from slurm_rl.slurm.actuator import before_values
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.deferral import deferred_until
-from slurm_rl.slurm.proc import make_runner
+from slurm_rl.slurm.proc import CommandResult, make_runner
 from slurm_rl.slurm.records import SlurmJob
+from slurm_rl.slurm.source import to_core_job
 from slurm_rl.store.models import CycleRow, DecisionRow
-from slurm_rl.store.repository import Store
+from slurm_rl.store.repository import ActionRecord, Store
 
 REVERTED_FIELDS = ("ReqNodeList", "NumNodes", "ExcNodeList", "Priority", "StartTime")
+REVERT = "revert"  # policy, mode and action of the rows revert stores about itself
 
 
 @dataclass
@@ -45,6 +51,7 @@ class Change:
     job_id: str
     before: dict[str, str] = field(default_factory=dict)
     rows: int = 0
+    cluster: str = ""  # the cluster its rows were stored under
 
 
 def parse_since(text: str | None) -> datetime | None:
@@ -67,7 +74,8 @@ def parse_since(text: str | None) -> datetime | None:
 def changes(store: Store, cluster: str | None, since: datetime | None) -> dict[str, Change]:
     """Per job id, the fields the daemon changed since ``since`` and their first before."""
     query = (select(DecisionRow, CycleRow).join(CycleRow, DecisionRow.cycle_id == CycleRow.id)
-             .where(DecisionRow.slurm_rc == 0, DecisionRow.argv.is_not(None))
+             .where(DecisionRow.slurm_rc == 0, DecisionRow.argv.is_not(None),
+                    DecisionRow.action != REVERT)
              .order_by(DecisionRow.id))
     if cluster:
         query = query.where(CycleRow.cluster == cluster)
@@ -77,7 +85,7 @@ def changes(store: Store, cluster: str | None, since: datetime | None) -> dict[s
             if since is not None and _aware(cycle.recorded_at) < since:
                 continue
             job_id = row.job_key.rpartition(":")[2]
-            change = found.setdefault(job_id, Change(job_id))
+            change = found.setdefault(job_id, Change(job_id, cluster=cycle.cluster))
             change.rows += 1
             before = (row.details or {}).get("before") or {}
             if not isinstance(before, dict):
@@ -135,6 +143,8 @@ class Step:
     state: str
     fields: dict[str, str]
     result: str
+    job: SlurmJob | None = None
+    sent: CommandResult | None = None  # the scontrol update, when one was run
 
 
 def revert(client: CliSlurmClient, found: Mapping[str, Change], *, dry_run: bool,
@@ -164,8 +174,33 @@ def revert(client: CliSlurmClient, found: Mapping[str, Change], *, dry_run: bool
         result = client.update_jobs([job_id], fields)
         answer = "ok" if result.ok else f"failed (exit {result.returncode}): " \
                                          f"{' '.join(result.stderr.split())}"
-        steps.append(Step(job_id, job.state, fields, answer))
+        steps.append(Step(job_id, job.state, fields, answer, job, result))
     return steps
+
+
+def record(store: Store, steps: Sequence[Step], found: Mapping[str, Change],
+           default_cluster: str, now: float) -> int:
+    """Store the updates revert sent, per cluster one cycle of policy and mode ``revert``,
+    each row with what Slurm showed before (``details.before``); returns the rows stored."""
+    by_cluster: dict[str, list[Step]] = {}
+    for step in steps:
+        if step.sent is not None and step.job is not None:
+            change = found.get(step.job_id)
+            cluster = (change.cluster if change else "") or default_cluster
+            by_cluster.setdefault(cluster, []).append(step)
+    for cluster, sent in by_cluster.items():
+        jobs = [core for core in (to_core_job(s.job) for s in sent if s.job) if core]
+        store.record_actions(cluster, now, REVERT, REVERT, jobs, [_action(s) for s in sent])
+    return sum(len(sent) for sent in by_cluster.values())
+
+
+def _action(step: Step) -> ActionRecord:
+    assert step.sent is not None and step.job is not None
+    result = step.sent
+    answer = None if result.ok else " ".join(result.stderr.split()) or f"exit {result.returncode}"
+    before = dict(before_values(step.job, list(step.fields)))
+    return ActionRecord(step.job_id, REVERT, tuple(result.argv), result.returncode, answer,
+                        {"before": before})
 
 
 def _numeric(job_id: str) -> tuple[int, str]:
@@ -224,5 +259,28 @@ def revert_command(since: str | None, config_file: Path | None, store_url: str |
     failed = [s for s in steps if s.result.startswith("failed")]
     done = sum(1 for s in steps if s.result == "ok")
     click.echo(f"{len(found)} jobs changed by the daemon; {done} restored, {len(failed)} failed")
-    if failed:
+    unrecorded = _record(config, steps, found, cluster, now)
+    if failed or unrecorded:
         raise SystemExit(1)
+
+
+def _record(config: DaemonConfig, steps: Sequence[Step], found: Mapping[str, Change],
+            cluster: str | None, now: float) -> bool:
+    """Put what revert sent into the audit trail; True (and one line) when that failed."""
+    if not any(step.sent is not None for step in steps):
+        return False
+    clusters = Counter(change.cluster for change in found.values() if change.cluster)
+    default = cluster or config.cluster_name or next(iter(clusters.most_common(1)),
+                                                     ("slurm", 0))[0]
+    try:
+        store = open_store(config)
+        try:
+            rows = record(store, steps, found, default, now)
+        finally:
+            store.engine.dispose()
+    except (SlurmRLError, SQLAlchemyError) as exc:
+        first = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or ["?"])[0]
+        click.echo(f"the changes above are NOT in the audit trail: {first}", err=True)
+        return True
+    click.echo(f"{rows} updates recorded in the store as {REVERT!r} decisions")
+    return False

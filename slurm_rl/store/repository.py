@@ -85,6 +85,22 @@ class Store:
         self._known_jobs |= added  # only once committed: a rolled-back job row is not known
         return cycle.id
 
+    def record_actions(self, cluster: str, time: float, policy_id: str, mode: str,
+                       jobs: Sequence[Job], actions: Sequence[ActionRecord]) -> int:
+        """Store changes made outside a decision cycle (``slurm-rl revert``) as one cycle of
+        their own, so the audit trail holds every change made in Slurm."""
+        added: set[str] = set()
+        with self._sessions.begin() as session:
+            self._add_new_jobs(session, cluster, jobs, time, added)
+            cycle = CycleRow(cluster=cluster, snapshot_time=time, recorded_at=datetime.now(UTC),
+                             policy_id=policy_id, actuator_mode=mode, pending_jobs=len(jobs),
+                             running_jobs=0, free_gpus=0)
+            session.add(cycle)
+            session.flush()
+            session.add_all(_decision_rows(cluster, cycle.id, Decision(policy_id, ()), actions))
+        self._known_jobs |= added
+        return cycle.id
+
     def record_outcomes(self, cluster: str, finished: Iterable[FinishedJob], source: str) -> int:
         """Store outcomes not stored yet (the same job seen again is ignored)."""
         added = 0

@@ -15,6 +15,7 @@ import pytest
 from slurm_rl.core import ClusterSnapshot, Decision, Placement
 from slurm_rl.daemon.guard import GuardedScheduler
 from slurm_rl.daemon.runner import Daemon
+from slurm_rl.store.repository import Store
 from tests.slurm.live import LiveCluster
 from tests.slurm.test_daemon_live import CLUSTER, REPO, SCHED_SLACK_S, _daemon, _native_site
 
@@ -132,6 +133,9 @@ def test_revert_restores_node_lists_priorities_and_deferrals(
     done = _cli(live, tmp_path, "revert")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 jobs changed by the daemon; 2 restored, 0 failed" in done.stdout, done.stdout
+    assert "2 updates recorded in the store as 'revert' decisions" in done.stdout
+    trail = Store(daemon.config.store).decisions_for(CLUSTER, pinned)
+    assert [row.action for row in trail][-1] == "revert" and trail[-1].slurm_rc == 0
     after = live.job(pinned)
     assert after.required_nodes == () and after.priority == before.priority
     started = live.wait_state(held, "RUNNING", timeout_s=SCHED_SLACK_S + 4)
