@@ -35,6 +35,9 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
               min_open=True), help="Learn from jobs that ended this many days back [7].")
 @click.option("--margin", default=None, type=click.FloatRange(0.0, 1.0, max_open=True),
               help="Promote only if mean JCT is lower by this fraction [0.02].")
+@click.option("--fee-tolerance", "fee_tolerance", default=None, type=click.FloatRange(min=0.0),
+              help="Promote only if the candidate's fees are at most this fraction above the "
+                   "current policy's [default: retrain_fee_tolerance, 0.05].")
 @click.option("--iterations", default=None, type=click.IntRange(min=0),
               help="PPO fine-tuning iterations [10].")
 @click.option("--episodes", default=None, type=click.IntRange(min=1),
@@ -96,6 +99,7 @@ def settings_from(config: DaemonConfig, options: dict[str, object]) -> RetrainSe
         workers=int(str(options["workers"])), seed=int(str(options["seed"])))
     gate = GateSettings(
         margin=float(str(pick("margin", config.retrain_margin))),
+        fee_tolerance=float(str(pick("fee_tolerance", config.retrain_fee_tolerance))),
         seeds=int(str(pick("gate_seeds", config.retrain_gate_seeds))),
         cycle_s=float(str(pick("cycle_s", config.interval_s))),
         defer_window_s=float(str(pick("defer_window_s", config.defer_window_s))))

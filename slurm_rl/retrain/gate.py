@@ -1,6 +1,8 @@
 """The promotion gate: replay the logged window on the calibrated cluster with the candidate
 and with the current policy, and promote only when the candidate's mean job completion time
-is lower by at least ``margin`` (a fraction: 0.02 = 2 % better).
+is lower by at least ``margin`` (a fraction: 0.02 = 2 % better), it leaves no more jobs
+unfinished, and its fees are at most ``fee_tolerance`` above the current policy's (0.05: 5 %
+more; on a public cloud a faster schedule that costs much more is not an improvement).
 
 Both replays see the same jobs, cluster, machine fluctuation and seeds; the mean is taken
 over ``seeds`` replays (machine fluctuation differs by seed), so one lucky draw does not
@@ -36,6 +38,7 @@ class PolicyRef:
 @dataclass(frozen=True)
 class GateSettings:
     margin: float = 0.02
+    fee_tolerance: float = 0.05
     seeds: int = 3
     cycle_s: float = 5.0  # the daemon's interval: decisions happen as often as live
     defer_window_s: float = 10.0
@@ -50,17 +53,33 @@ class Verdict:
     margin: float
     candidate: dict[str, Any]
     current: dict[str, Any]
+    fee_tolerance: float = 0.05
 
     def line(self) -> str:
         word = "better" if self.improvement >= 0 else "worse"
         return (f"candidate mean JCT {self.candidate_jct_s:.1f} s vs current "
                 f"{self.current_jct_s:.1f} s ({abs(self.improvement):.1%} {word}; margin "
-                f"{self.margin:.1%}): {'promote' if self.promote else 'keep the current policy'}")
+                f"{self.margin:.1%}), fees {_change(self.fee_change)} (tolerance "
+                f"{self.fee_tolerance:.1%}): "
+                f"{'promote' if self.promote else 'keep the current policy'}")
+
+    @property
+    def fee_change(self) -> float:
+        """(candidate − current) / current fees; 0 when the current policy cost nothing."""
+        cur = float(self.current.get("total_fees", 0.0))
+        cand = float(self.candidate.get("total_fees", 0.0))
+        return (cand - cur) / cur if cur > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {"promote": self.promote, "candidate_jct_s": self.candidate_jct_s,
                 "current_jct_s": self.current_jct_s, "improvement": self.improvement,
-                "margin": self.margin, "candidate": self.candidate, "current": self.current}
+                "margin": self.margin, "fee_change": self.fee_change,
+                "fee_tolerance": self.fee_tolerance, "candidate": self.candidate,
+                "current": self.current}
+
+
+def _change(fraction: float) -> str:
+    return f"{fraction:+.1%}"
 
 
 def replay_metrics(policy: PolicyRef, scenario: Scenario, seeds: int) -> dict[str, Any]:
@@ -100,5 +119,8 @@ def judge(candidate: PolicyRef, current: PolicyRef, calibration: Calibration,
     cand, cur = float(ours["avg_jct_s"]), float(theirs["avg_jct_s"])
     improvement = (cur - cand) / cur if cur > 0 else 0.0
     finished = ours["unfinished_jobs"] <= theirs["unfinished_jobs"]
-    promote = finished and cand <= cur * (1.0 - settings.margin) and cand < cur
-    return Verdict(promote, cand, cur, improvement, settings.margin, ours, theirs)
+    verdict = Verdict(False, cand, cur, improvement, settings.margin, ours, theirs,
+                      settings.fee_tolerance)
+    affordable = verdict.fee_change <= settings.fee_tolerance
+    promote = finished and affordable and cand <= cur * (1.0 - settings.margin) and cand < cur
+    return replace(verdict, promote=promote)

@@ -34,6 +34,7 @@ def retrain_argv(config: DaemonConfig) -> list[str]:
     argv = [sys.executable, "-m", "slurm_rl.retrain", "--store", config.store,
             "--policy", config.policy, "--window-days", repr(config.retrain_window_days),
             "--margin", repr(config.retrain_margin),
+            "--fee-tolerance", repr(config.retrain_fee_tolerance),
             "--iterations", str(config.retrain_iterations),
             "--episodes", str(config.retrain_episodes),
             "--gate-seeds", str(config.retrain_gate_seeds),

@@ -174,3 +174,26 @@ def test_a_run_holding_the_lease_makes_another_skip(store: Store, tmp_path: Path
         statuses = [r.status for r in session.scalars(sa.select(RetrainRunRow)
                                                       .order_by(RetrainRunRow.id))]
     assert statuses == ["running", "running", "skipped"]  # nothing else touched
+
+
+def test_a_faster_candidate_that_costs_more_than_the_tolerance_is_not_promoted(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurm_rl.retrain import gate
+
+    figures = {"candidate": (100.0, 120.0), "current": (200.0, 100.0)}  # JCT s, fees
+
+    def replayed(policy: PolicyRef, scenario: object, seeds: int) -> dict[str, object]:
+        jct, fees = figures[policy.name]
+        return {"policy": policy.name, "avg_jct_s": jct, "total_fees": fees,
+                "unfinished_jobs": 0}
+
+    monkeypatch.setattr(gate, "logged_scenario", lambda calibration, settings: None)
+    monkeypatch.setattr(gate, "replay_metrics", replayed)
+    candidate, current = PolicyRef("candidate"), PolicyRef("current")
+    dear = judge(candidate, current, None, GATE)  # type: ignore[arg-type]
+    assert not dear.promote and dear.improvement == 0.5
+    assert dear.fee_change == pytest.approx(0.2)
+    assert "fees +20.0% (tolerance 5.0%): keep the current policy" in dear.line()
+    tolerant = judge(candidate, current, None, replace(GATE, fee_tolerance=0.25))  # type: ignore[arg-type]
+    assert tolerant.promote and tolerant.as_dict()["fee_tolerance"] == 0.25
