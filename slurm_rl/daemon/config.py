@@ -60,6 +60,10 @@ class DaemonConfig(BaseModel):
     slurm_timeout_s: float = Field(default=15.0, gt=0)  # every squeue/sinfo/scontrol call
     slurm_conf: Path | None = None  # SLURM_CONF for the Slurm commands
     jobcomp_path: Path | None = None  # JobCompLoc of jobcomp/filetxt: outcomes squeue forgot
+    # sacct (where slurmdbd runs): outcomes squeue forgot, for jobs decided in the lookback
+    accounting_outcomes: bool = False
+    accounting_every_s: float = Field(default=600.0, gt=0)
+    accounting_lookback_days: float = Field(default=7.0, gt=0)
     price_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
     seed: int = 0
     log_level: LogLevel = "info"

@@ -47,7 +47,7 @@ class CompletedJob:
     exit_code: int | None
 
 
-def _exit_code(value: str) -> int | None:
+def exit_code_of(value: str) -> int | None:
     """``3:0`` -> 3; ``0:9`` (killed by signal 9) -> 137, as squeue's outcomes count it."""
     code, _, signal = value.partition(":")
     if not code.isdigit():
@@ -55,7 +55,7 @@ def _exit_code(value: str) -> int | None:
     return 128 + int(signal) if signal.isdigit() and int(signal) else int(code)
 
 
-def _nodes(value: str) -> tuple[str, ...]:
+def node_list(value: str) -> tuple[str, ...]:
     if value in _UNSET:
         return ()
     try:
@@ -69,12 +69,12 @@ def parse_line(line: str) -> CompletedJob | None:
     pairs = parse_pairs(line.strip())
     start = parse_local_time(pairs.get("StartTime", ""))
     end = parse_local_time(pairs.get("EndTime", ""))
-    nodes = _nodes(pairs.get("NodeList", ""))
+    nodes = node_list(pairs.get("NodeList", ""))
     job_id = pairs.get("JobId", "")
     if not job_id or start is None or end is None or not nodes:
         return None
     state = (pairs.get("JobState", "").split() or ["UNKNOWN"])[0]
-    return CompletedJob(job_id, state, start, end, nodes, _exit_code(pairs.get("ExitCode", "")))
+    return CompletedJob(job_id, state, start, end, nodes, exit_code_of(pairs.get("ExitCode", "")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,11 +142,11 @@ def known_jobs(store: Store, cluster: str, job_ids: Iterable[str]) -> dict[str, 
         for i in range(0, len(keys), _LOOKUP_CHUNK):
             query = select(JobRow).where(JobRow.job_key.in_(keys[i : i + _LOOKUP_CHUNK]))
             for row in session.scalars(query):
-                found[row.job_id] = _core_job(row)
+                found[row.job_id] = core_job(row)
     return found
 
 
-def _core_job(row: JobRow) -> Job:
+def core_job(row: JobRow) -> Job:
     return Job(
         job_id=row.job_id, submit_time=row.submit_time, num_gpus=row.num_gpus, user=row.user,
         partition=row.partition, num_nodes=row.num_nodes, gpu_type=row.gpu_type,

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_rl.core import ClusterSnapshot, Decision, FinishedJob, RunningJob
-from slurm_rl.daemon import jobcomp
+from slurm_rl.daemon import accounting, jobcomp
+from slurm_rl.daemon.accounting import AccountingReader
 from slurm_rl.daemon.jobcomp import JobcompLog
 from slurm_rl.ops.reasons import merge
 from slurm_rl.slurm.actuator import ActuationReport, JobOutcome
@@ -96,6 +97,7 @@ class StoreRecorder:
         self.store = store
         self.mode = mode
         self.jobcomp = jobcomp_log
+        self.accounting: AccountingReader | None = None  # sacct, when turned on
         # Anything with ``explanations`` ({job_id: why}) for the decision being recorded.
         self.explainer: object | None = None
         self.cycle_started = time.monotonic()
@@ -128,6 +130,7 @@ class StoreRecorder:
         self._stored.update((record.job_id, signature) for record, signature in fresh)
         _log_decisions(cycle_id, decision, [record for record, _ in fresh])
         self._queue_jobcomp(cluster)
+        self._queue_accounting(cluster, snapshot.time)
         self.flush()
         if self.jobcomp is not None:
             self.jobcomp.commit()
@@ -156,6 +159,12 @@ class StoreRecorder:
         known = jobcomp.known_jobs(self.store, cluster, (c.job_id for c in completed))
         found = jobcomp.outcomes(completed, known)
         self._unrecorded.extend((cluster, jobcomp.SOURCE, done) for done in found)
+
+    def _queue_accounting(self, cluster: str, now: float) -> None:
+        """Outcomes from sacct for decided jobs that have none (see daemon/accounting.py)."""
+        if self.accounting is not None:
+            found = self.accounting.read(self.store, cluster, now)
+            self._unrecorded.extend((cluster, accounting.SOURCE, done) for done in found)
 
     @property
     def unrecorded_outcomes(self) -> int:

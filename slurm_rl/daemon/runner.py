@@ -30,6 +30,7 @@ from types import FrameType
 from alembic.util import CommandError
 from sqlalchemy.exc import SQLAlchemyError
 
+from slurm_rl.daemon.accounting import AccountingReader
 from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.daemon.guard import GuardedScheduler
 from slurm_rl.daemon.heartbeat import FileHeartbeat, Heartbeat
@@ -108,6 +109,7 @@ class Parts:
     actuator: SlurmActuator
     heartbeat: Heartbeat
     model_version: str = "builtin"  # for the active-model metric
+    accounting: AccountingReader | None = None  # outcomes from sacct, when turned on
 
 
 class _Waker:
@@ -218,7 +220,10 @@ class Daemon:
                                  recall=self._recall_for(source))
         heartbeat = self._heartbeat_factory(config)
         version = model_version(config.policy, config.policy_bundle, is_learned(config.policy))
-        return Parts(config, source, scheduler, actuator, heartbeat, version)
+        accounting = AccountingReader(
+            runner, config.slurm_timeout_s, config.accounting_every_s,
+            config.accounting_lookback_days * 86400.0) if config.accounting_outcomes else None
+        return Parts(config, source, scheduler, actuator, heartbeat, version, accounting)
 
     def _recall_for(self, source: SlurmSource) -> Recall:
         """What the actuator set before a restart, from the store it records to (see
@@ -265,6 +270,9 @@ class Daemon:
         self.metrics.set_model(config.policy, parts.model_version)
         if previous is None or previous.config.jobcomp_path != config.jobcomp_path:
             self.recorder.jobcomp = _jobcomp_log(config)
+        if previous is None or _accounting_settings(previous.config) != _accounting_settings(
+                config):
+            self.recorder.accounting = parts.accounting
         self.parts = parts
         if self._on_config is not None:
             self._on_config(config)
@@ -468,6 +476,11 @@ class Daemon:
 def _flat(error: BaseException) -> str:
     """An error on one line: Slurm's stderr may span several, a job name may hold a newline."""
     return " ".join(str(error).split())
+
+
+def _accounting_settings(config: DaemonConfig) -> tuple[object, ...]:
+    return (config.accounting_outcomes, config.accounting_every_s,
+            config.accounting_lookback_days, config.slurm_conf, config.slurm_timeout_s)
 
 
 def _jobcomp_log(config: DaemonConfig) -> JobcompLog | None:

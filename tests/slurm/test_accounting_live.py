@@ -1,0 +1,92 @@
+"""Outcomes from sacct against a real Slurm with slurmdbd (the Operator test's cluster): for
+jobs the daemon decided, sacct's outcomes are the ones squeue reported (state, times, nodes,
+exit code), and a job the daemon never decided is not taken.
+
+``SLURM_RL_RECORD=1`` also re-records the golden file ``tests/fixtures/slurm/22.05/sacct.txt``
+from a fixed job mix (see tests/fixtures/slurm/README.md)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import delete
+from sqlalchemy.orm import Session
+
+from slurm_rl.daemon.accounting import FIELDS, AccountingReader
+from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.daemon.runner import Daemon
+from slurm_rl.slurm.devcluster import DevCluster
+from slurm_rl.store.models import OutcomeRow
+from tests.slurm.live import LiveCluster
+from tests.slurm.test_operator_live import WINDOW_S, operator_cluster  # noqa: F401
+
+pytestmark = pytest.mark.slurm
+
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "22.05" / "sacct.txt"
+
+
+def _daemon(cluster: DevCluster, live: LiveCluster, state: Path) -> Daemon:
+    config = DaemonConfig(mode="enforce", state_dir=state, cluster_name="opc",
+                          slurm_conf=cluster.slurm_conf, heartbeat_path=state / "beat",
+                          defer_window_s=WINDOW_S, slurm_timeout_s=30.0, metrics_port=0,
+                          accounting_outcomes=True, policy="fifo+best-fit")
+    return Daemon(lambda: config, runner=live.runner)
+
+
+def test_sacct_outcomes_are_squeues(operator_cluster: tuple[DevCluster, LiveCluster],  # noqa: F811
+                                    tmp_path: Path) -> None:
+    cluster, live = operator_cluster
+    jobs = {"ok": live.sbatch("alice", "--gres=gpu:a100:2", "-t", "10", script="sleep 1"),
+            "exit3": live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", script="exit 3")}
+    daemon = _daemon(cluster, live, tmp_path)
+    try:
+        assert daemon.run_once().ok  # decides (places) both
+        stranger = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", script="sleep 1")
+        assert live.run("scontrol", "update", f"JobId={stranger}", "StartTime=now").ok
+        for job_id in (*jobs.values(), stranger):
+            live.wait_for(lambda j=job_id: live.job(j).state in ("COMPLETED", "FAILED"),
+                          f"job {job_id} ended", 30.0)
+        time.sleep(2)  # slurmctld hands the end records to slurmdbd
+        assert daemon.run_once().ok  # squeue still shows them: their outcomes, source squeue
+        store = daemon.store
+        squeue = {k: store.outcome_for("opc", j) for k, j in jobs.items()}
+        assert all(o is not None and o.source == "squeue" for o in squeue.values())
+        with Session(store.engine) as session, session.begin():
+            session.execute(delete(OutcomeRow))  # as if the daemon had been down meanwhile
+        reader = AccountingReader(live.runner)
+        found = {done.job.job_id: done for done in reader.read(store, "opc", time.time())}
+        assert set(found) == set(jobs.values())  # not the job the daemon never decided
+        for kind, job_id in jobs.items():
+            done, seen = found[job_id], squeue[kind]
+            assert seen is not None
+            assert (done.start_time, done.end_time, ",".join(done.placement.nodes),
+                    done.state, done.exit_code) == (seen.start_time, seen.end_time, seen.nodes,
+                                                    seen.state, seen.exit_code), kind
+        assert found[jobs["exit3"]].exit_code == 3
+    finally:
+        daemon.close(retire=False)
+
+
+@pytest.mark.skipif(os.environ.get("SLURM_RL_RECORD") != "1", reason="records a golden file")
+def test_record_the_golden_file(operator_cluster: tuple[DevCluster, LiveCluster]) -> None:  # noqa: F811
+    _, live = operator_cluster
+    done = live.sbatch("alice", "--gres=gpu:a100:2", "-N1", "-t", "10", script="sleep 1")
+    failed = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", script="exit 3")
+    running = live.sbatch("alice", "--gres=gpu:a100:2", "-N2", "-t", "10", script="sleep 300")
+    killed = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", script="kill -9 $$")
+    live.run("scontrol", "update", f"JobId={done},{failed},{running},{killed}", "StartTime=now")
+    live.wait_state(done, "COMPLETED", timeout_s=30)
+    live.wait_state(running, "RUNNING", timeout_s=30)
+    cancelled = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", script="sleep 300")
+    live.run("scontrol", "update", f"JobId={cancelled}", "StartTime=now")
+    live.wait_state(cancelled, "RUNNING", timeout_s=30)
+    live.run("scancel", cancelled)
+    time.sleep(4)
+    result = live.run("sacct", "--parsable2", "--noheader", "--allocations", "--allusers",
+                      "--starttime", "now-1hour", "--endtime", "now",
+                      f"--format={','.join(FIELDS)}")
+    assert result.ok, result.stderr
+    GOLDEN.write_text(result.stdout)
