@@ -21,7 +21,7 @@ from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.records import SlurmJob
 from slurm_rl.slurm.source import SlurmSource
 from slurm_rl.slurm.waiting import waits_on
-from tests.slurm.fakes import FakeRunner, fixture_text
+from tests.slurm.fakes import NO_RESERVATIONS, RESERVATIONS, FakeRunner, fixture_text
 from tests.test_daemon import OK
 
 ROLES: dict[str, str] = json.loads(fixture_text("22.05", "waiting_jobs.json"))
@@ -36,6 +36,7 @@ def _runner(doc: dict[str, Any] = DOC) -> FakeRunner:
     runner.answer(("sinfo", "--version"), fixture_text("22.05", "sinfo_version.txt"))
     runner.answer(("sinfo", "--json"), fixture_text("22.05", "sinfo.json"))
     runner.answer(("squeue", "--json"), json.dumps(doc))
+    runner.answer(RESERVATIONS, NO_RESERVATIONS)
     runner.default = OK
     return runner
 

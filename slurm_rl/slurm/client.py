@@ -15,6 +15,7 @@ from slurm_rl.slurm.errors import SlurmCommandError, SlurmOutputError, SlurmTime
 from slurm_rl.slurm.parse import parse_jobs, parse_nodes
 from slurm_rl.slurm.proc import CommandResult, Runner, check, make_runner
 from slurm_rl.slurm.records import JobsReport, NodesReport
+from slurm_rl.slurm.reservations import SlurmReservation, parse_reservations
 from slurm_rl.slurm.scontrol import ScontrolJob, ScontrolNode, parse_jobs_text, parse_nodes_text
 
 DEFAULT_TIMEOUT_S = 15.0
@@ -39,6 +40,10 @@ class SlurmClient(Protocol):
 
     def show_nodes(self) -> list[ScontrolNode]:
         """``scontrol -d show node``: the text view, with GresUsed."""
+        ...
+
+    def reservations(self) -> list[SlurmReservation]:
+        """Advance reservations (``scontrol show reservation -o``)."""
         ...
 
     def update_jobs(self, job_ids: Sequence[str], fields: Mapping[str, str]) -> CommandResult:
@@ -119,6 +124,10 @@ class CliSlurmClient:
 
     def requeue_job(self, job_id: str) -> CommandResult:
         return self._send(("scontrol", "requeue", job_id))
+
+    def reservations(self) -> list[SlurmReservation]:
+        result = check(self._run(("scontrol", "show", "reservation", "-o"), self.timeout_s))
+        return parse_reservations(result.stdout)
 
     def _send(self, argv: tuple[str, ...]) -> CommandResult:
         try:

@@ -279,6 +279,7 @@ def parse_job(record: JsonObject, index: int, source: str) -> SlurmJob:
         required_nodes=_nodes_field(record, "required_nodes", where),
         excluded_nodes=_nodes_field(record, "excluded_nodes", where),
         features=_text(record, "features", where),
+        reservation=_text(record, "resv_name", where),
         tres_per_node=_gpu_field(record, "tres_per_node", where),
         tres_per_job=_gpu_field(record, "tres_per_job", where),
         tres_per_task=_gpu_field(record, "tres_per_task", where),

@@ -116,6 +116,7 @@ class SlurmJob:
     # ExcNodeList: nodes the job must not get (a user's --exclude, or the actuator's).
     excluded_nodes: tuple[str, ...] = ()
     features: str = ""  # the job's --constraint expression, as Slurm shows it
+    reservation: str = ""  # --reservation (squeue's resv_name)
     tres_per_node: str = ""
     tres_per_job: str = ""
     tres_per_task: str = ""

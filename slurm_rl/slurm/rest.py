@@ -32,6 +32,7 @@ from slurm_rl.slurm.errors import (
 from slurm_rl.slurm.parse import load_document, parse_jobs, parse_nodes
 from slurm_rl.slurm.proc import CommandResult, is_unreachable
 from slurm_rl.slurm.records import JobsReport, NodesReport
+from slurm_rl.slurm.reservations import SlurmReservation
 from slurm_rl.slurm.scontrol import ScontrolJob, ScontrolNode
 
 DEFAULT_API = "v0.0.38"
@@ -173,6 +174,11 @@ class RestSlurmClient:
             raise _read_error(answer, errors)
         records = _records(answer, "jobs")
         return job_from_rest(records[0]) if records else None
+
+    def reservations(self) -> list[SlurmReservation]:
+        """``GET /reservations``: v0.0.38 gives no state, so the window decides which hold."""
+        answer = self.get("reservations")
+        return [reservation_from_rest(record) for record in _records(answer, "reservations")]
 
     def show_nodes(self) -> list[ScontrolNode]:
         """``GET /nodes`` mapped onto :class:`ScontrolNode` (state, gres, gres_used)."""
@@ -368,6 +374,14 @@ def job_from_rest(record: Mapping[str, Any]) -> ScontrolJob:
         tres_per_job=_text(record, "tres_per_job"),
         raw=_scalars(record),
     )
+
+
+def reservation_from_rest(record: Mapping[str, Any]) -> SlurmReservation:
+    flags = record.get("flags")
+    return SlurmReservation(
+        name=_text(record, "name"), nodes=_hosts(record, "node_list"),
+        start_time=_epoch(record, "start_time"), end_time=_epoch(record, "end_time"),
+        state="", flags=tuple(str(f) for f in flags) if isinstance(flags, list) else ())
 
 
 def node_from_rest(record: Mapping[str, Any]) -> ScontrolNode:

@@ -56,7 +56,7 @@ def parse_local_time(value: str) -> float | None:
         return None
 
 
-def _hostlist(value: str, where: str, key: str) -> tuple[str, ...]:
+def hostlist(value: str, where: str, key: str) -> tuple[str, ...]:
     if value in _UNSET:
         return ()
     try:
@@ -113,9 +113,9 @@ def job_from_pairs(pairs: Mapping[str, str], where: str) -> ScontrolJob:
         priority=_int(pairs.get("Priority", "")),
         user=pairs.get("UserId", "").split("(")[0],
         partition=pairs.get("Partition", ""),
-        required_nodes=_hostlist(pairs.get("ReqNodeList", ""), where, "ReqNodeList"),
-        excluded_nodes=_hostlist(pairs.get("ExcNodeList", ""), where, "ExcNodeList"),
-        nodes=_hostlist(pairs.get("NodeList", ""), where, "NodeList"),
+        required_nodes=hostlist(pairs.get("ReqNodeList", ""), where, "ReqNodeList"),
+        excluded_nodes=hostlist(pairs.get("ExcNodeList", ""), where, "ExcNodeList"),
+        nodes=hostlist(pairs.get("NodeList", ""), where, "NodeList"),
         min_nodes=lo,
         max_nodes=hi,
         submit_time=parse_local_time(pairs.get("SubmitTime", "")),

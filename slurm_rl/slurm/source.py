@@ -28,6 +28,7 @@ from slurm_rl.core import (
 from slurm_rl.slurm.client import SlurmClient
 from slurm_rl.slurm.gres import gpu_counts, single_request
 from slurm_rl.slurm.records import JobsReport, NodesReport, SlurmJob, SlurmNode
+from slurm_rl.slurm.reservations import SlurmReservation, reserved_nodes
 from slurm_rl.slurm.waiting import waits_on
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class SlurmState:
     jobs: JobsReport
     nodes: NodesReport
     managed: Mapping[str, SlurmJob]
+    reservations: tuple[SlurmReservation, ...] = ()
 
     def job(self, job_id: str) -> SlurmJob | None:
         return self.managed.get(job_id)
@@ -144,9 +146,11 @@ def node_gpus(node: SlurmNode) -> tuple[str, int, int]:
 
 
 def build_cluster(
-    nodes: Iterable[SlurmNode], name: str, config: SourceConfig
+    nodes: Iterable[SlurmNode], name: str, config: SourceConfig,
+    reserved: frozenset[str] = frozenset(),
 ) -> tuple[Cluster, tuple[int, ...]]:
-    """The GPU nodes (in the managed partitions) and how many GPUs each has free."""
+    """The GPU nodes (in the managed partitions) and how many GPUs each has free (none on a
+    node an active reservation holds: slurm_rl/slurm/reservations.py)."""
     members: list[Node] = []
     free: list[int] = []
     for node in nodes:
@@ -155,7 +159,7 @@ def build_cluster(
             continue
         price = config.price_per_gpu_hour.get(gpu_type, 0.0)
         members.append(Node(node.name, gpu_type, total, price_per_gpu_hour=price))
-        free.append(total - used if node.usable else 0)
+        free.append(total - used if node.usable and node.name not in reserved else 0)
     return Cluster(name, tuple(members)), tuple(free)
 
 
@@ -186,14 +190,17 @@ class SlurmSource:
         now = self.clock()
         jobs = self.client.jobs()
         nodes = self.client.nodes()
+        reservations = tuple(self.client.reservations())
         self._cores = {}
         managed = {j.job_id: j for j in jobs.jobs if self._is_managed(j)}
-        self.last_state = SlurmState(now, jobs, nodes, FrozenDict(managed))
+        self.last_state = SlurmState(now, jobs, nodes, FrozenDict(managed), reservations)
         return self.last_state
 
     def snapshot(self) -> ClusterSnapshot:
         state = self.state()
-        cluster, free = build_cluster(state.nodes.nodes, self.cluster_name(state), self.config)
+        reserved = reserved_nodes(state.reservations, state.time)
+        cluster, free = build_cluster(state.nodes.nodes, self.cluster_name(state), self.config,
+                                      reserved)
         pending, running, finished = self._split(state.managed.values(), state.time)
         return ClusterSnapshot(state.time, cluster, free, pending, running, finished)
 

@@ -1,7 +1,8 @@
 """Pending jobs that Slurm will not start whatever a scheduler decides: they are set aside.
 
 A job held by its user or an admin, one waiting on a dependency, one whose user asked for a
-later ``--begin``, or one blocked by an association/QOS limit or by its partition's state is
+later ``--begin``, one that asks for a reservation (slurm_rl/slurm/reservations.py), or one
+blocked by an association/QOS limit or by its partition's state is
 not the agents' to order or place: a placement given to it would hold GPUs in the decision
 that no job uses, and a pin set on it now (Slurm 22.05.8 accepts ``ReqNodeList`` and
 ``StartTime`` on a held job, rc 0) would tie it to nodes chosen long before it can run. The
@@ -34,7 +35,7 @@ CONFIG_REASONS = frozenset({
 LIMIT_PREFIXES = ("Assoc", "QOS")
 LIMIT_SUFFIX = "PerAccount"
 
-WAIT_KINDS = ("held", "dependency", "begin_time", "limit", "configuration")
+WAIT_KINDS = ("held", "dependency", "begin_time", "reservation", "limit", "configuration")
 
 
 def waits_on(job: SlurmJob, now: float) -> str | None:
@@ -47,6 +48,8 @@ def waits_on(job: SlurmJob, now: float) -> str | None:
         return "dependency"
     if _users_begin_time(job, now):
         return "begin_time"
+    if job.reservation:  # only its reservation's nodes, which no agent offers
+        return "reservation"
     if reason.startswith(LIMIT_PREFIXES) or (reason.startswith("Max")
                                               and reason.endswith(LIMIT_SUFFIX)):
         return "limit"

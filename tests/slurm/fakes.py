@@ -10,6 +10,8 @@ from pathlib import Path
 from slurm_rl.slurm.proc import CommandResult
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "slurm"
+RESERVATIONS = ("scontrol", "show", "reservation", "-o")
+NO_RESERVATIONS = "No reservations in the system\n"  # what 22.05.8 prints (to stdout, rc 0)
 
 
 def fixture_text(version: str, name: str) -> str:
@@ -70,4 +72,5 @@ def recorded_cluster(version: str) -> FakeRunner:
             fixture_text(version, "scontrol_show_nodes.json"),
         )
     runner.answer(("squeue", "--json"), fixture_text(version, "squeue.json"))
+    runner.answer(RESERVATIONS, NO_RESERVATIONS)
     return runner

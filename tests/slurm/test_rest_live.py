@@ -18,9 +18,11 @@ import pytest
 
 from slurm_rl.slurm.actuator import classify_error, per_job_errors
 from slurm_rl.slurm.errors import SlurmError
+from slurm_rl.slurm.reservations import SlurmReservation
 from slurm_rl.slurm.rest import RestSlurmClient
 from slurm_rl.slurm.source import SlurmSource
 from tests.slurm.live import LiveCluster
+from tests.slurm.test_reservations_live import reserved  # noqa: F401
 
 pytestmark = pytest.mark.slurm
 
@@ -189,3 +191,13 @@ def test_update_of_a_vanished_job_is_a_recorded_failure(
     assert set(errors) == {job_id, missing}, result.stderr
     assert classify_error(errors[missing]) == "vanished"
     assert rest.show_job(missing) is None
+
+
+def test_reservations_match_the_cli(live: LiveCluster, rest: RestSlurmClient,
+                                    reserved: str) -> None:  # noqa: F811
+    def view(r: SlurmReservation) -> tuple[object, ...]:
+        return (r.name, r.nodes, r.start_time, r.end_time)
+
+    (via_cli,), (via_rest,) = live.client.reservations(), rest.reservations()
+    assert view(via_rest) == view(via_cli) and via_cli.nodes == (reserved,)
+    assert via_rest.active(time.time())  # no state in v0.0.38: its window says so
