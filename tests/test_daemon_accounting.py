@@ -4,6 +4,7 @@ subprocess boundary is fake."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -49,8 +50,15 @@ class SacctAnswers:
         return CommandResult(tuple(argv), *self.result)
 
 
-def test_the_daemon_takes_the_outcomes_it_missed_from_sacct(
-    make_daemon: Any, caplog: pytest.LogCaptureFixture  # noqa: F811
+def _forgotten(runner: Any, job_id: str) -> None:
+    """squeue no longer shows ``job_id`` (it ended longer than MinJobAge ago)."""
+    doc = json.loads(fixture_text("22.05", "squeue.json"))
+    doc["jobs"] = [job for job in doc["jobs"] if str(job["job_id"]) != job_id]
+    runner.inner.answer(("squeue", "--json"), json.dumps(doc))
+
+
+def test_the_daemon_takes_the_outcomes_squeue_forgot_from_sacct(
+    make_daemon: Any,  # noqa: F811
 ) -> None:
     placed = ROLES["pending_prio"]
     line = f"{placed}|COMPLETED|2026-11-30T06:03:03|2026-11-30T06:33:03|a100-03|0:0\n"
@@ -58,18 +66,20 @@ def test_the_daemon_takes_the_outcomes_it_missed_from_sacct(
                           "2026-11-30T06:03:04|a100-01|3:0\n")
     calls = runner.calls
     daemon, _, clock = make_daemon(runner, accounting_outcomes=True, accounting_every_s=600)
-    assert daemon.run_once().ok  # decides, then looks at once (a restart catches up)
-    assert len(calls) == 1 and calls[0][:2] == ("sacct", "--parsable2")
+    assert daemon.run_once().ok  # decides; every decided job is still in squeue: no call
+    assert calls == []
+    _forgotten(runner, placed)
+    clock.now += 600
+    assert daemon.run_once().ok
+    assert len(calls) == 1 and f"--jobs={placed}" in calls[0]
     outcome = daemon.store.outcome_for("slurm", placed)
     assert outcome is not None and (outcome.source, outcome.state, outcome.nodes) == (
         "sacct", "COMPLETED", "a100-03")
     assert daemon.store.outcome_for("slurm", "999") is None  # never decided by the daemon
-    clock.now += 60
-    assert daemon.run_once().ok
-    assert len(calls) == 1  # not due again before accounting_every_s
-    clock.now += 600
-    assert daemon.run_once().ok
-    assert len(calls) == 2
+    for _ in range(2):
+        clock.now += 600
+        assert daemon.run_once().ok
+    assert len(calls) == 1  # it has its outcome now: nothing left to ask
 
 
 def test_no_slurmdbd_is_one_warning_and_the_cycles_go_on(
@@ -79,11 +89,13 @@ def test_no_slurmdbd_is_one_warning_and_the_cycles_go_on(
                           stderr="sacct: error: Slurm accounting storage is disabled\n")
     calls = runner.calls
     daemon, _, clock = make_daemon(runner, accounting_outcomes=True, accounting_every_s=1)
+    assert daemon.run_once().ok
+    _forgotten(runner, ROLES["pending_prio"])
     with caplog.at_level(logging.WARNING):
         for _ in range(3):
-            assert daemon.run_once().ok
             clock.now += 5
+            assert daemon.run_once().ok
     warnings = [r.getMessage() for r in caplog.records if "sacct" in r.getMessage()]
-    assert len(calls) >= 2 and warnings == [
+    assert len(calls) == 3 and warnings == [
         "outcomes from sacct not read (is slurmdbd running?): sacct: Slurm accounting storage "
         "is disabled"]

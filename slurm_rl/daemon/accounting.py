@@ -5,9 +5,11 @@ squeue keeps a finished job only for ``MinJobAge`` seconds, so a daemon that was
 longer would miss how those jobs ended (their outcome rows, which retraining learns from).
 With ``accounting_outcomes`` on, every ``accounting_every_s`` the daemon looks for jobs it
 stored a decision for, submitted in the last ``accounting_lookback_days``, that still have
-no outcome, and if there are any asks ``sacct`` once for the jobs that ran since the oldest
-of them. Like the jobcomp log's, sacct's records carry no GPU counts, so an outcome is made
-only for a job the store knows, with the request stored then (daemon/jobcomp.py).
+no outcome and that squeue no longer shows (a job squeue shows gets its outcome from squeue),
+and asks ``sacct`` about exactly those (``--jobs``, a few hundred a call): normally none, so
+slurmdbd is not asked at all. Like the jobcomp log's, sacct's records carry no GPU counts,
+so an outcome is made only for a job the store knows, with the request stored then
+(daemon/jobcomp.py).
 
 We read sacct's text form (``--parsable2``), not ``--json``: measured on Slurm 22.05.8,
 ``sacct --json`` gives ``exit_code.return_code`` 0 for a job whose script exited 3 (the text
@@ -17,7 +19,7 @@ form says ``3:0``, as squeue does).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import exists, select
@@ -37,12 +39,15 @@ SOURCE = "sacct"
 FIELDS = ("JobID", "State", "Start", "End", "NodeList", "ExitCode")
 
 
-def sacct_argv(since: float) -> tuple[str, ...]:
-    """Every user's allocations (no steps) that ran from ``since`` until now."""
+CHUNK = 200  # job ids per sacct call
+
+
+def sacct_argv(job_ids: Sequence[str], since: float) -> tuple[str, ...]:
+    """The allocations (no steps) of ``job_ids``, looked for from ``since`` until now."""
     from slurm_rl.slurm.actuator import slurm_time
 
     return ("sacct", "--parsable2", "--noheader", "--allocations", "--allusers",
-            "--starttime", slurm_time(since), "--endtime", "now",
+            f"--jobs={','.join(job_ids)}", "--starttime", slurm_time(since), "--endtime", "now",
             f"--format={','.join(FIELDS)}")
 
 
@@ -82,6 +87,7 @@ class AccountingReader:
     timeout_s: float = 30.0
     every_s: float = 600.0
     lookback_s: float = 7 * 86400.0
+    visible: Callable[[], Collection[str]] | None = None  # the job ids squeue shows now
     clock_due: float = float("-inf")  # when the next look is due
     warned: bool = False
 
@@ -90,18 +96,20 @@ class AccountingReader:
             return []
         self.clock_due = now + self.every_s
         awaiting = awaiting_outcome(store, cluster, now - self.lookback_s)
-        if not awaiting:
-            return []
-        since = min(job.submit_time for job in awaiting.values())
-        completed = self._ask(since)
+        shown = set(self.visible()) if self.visible is not None else set()
+        forgotten = sorted(job_id for job_id in awaiting if job_id not in shown)
+        completed: list[CompletedJob] = []
+        for i in range(0, len(forgotten), CHUNK):
+            ids = forgotten[i : i + CHUNK]
+            completed += self._ask(ids, min(awaiting[j].submit_time for j in ids))
         found = outcomes(completed, awaiting)
         if found:
             log.info("sacct: %d outcomes the daemon had missed", len(found))
         return found
 
-    def _ask(self, since: float) -> list[CompletedJob]:
+    def _ask(self, job_ids: Sequence[str], since: float) -> list[CompletedJob]:
         try:
-            result = self.runner(sacct_argv(since), self.timeout_s)
+            result = self.runner(sacct_argv(job_ids, since), self.timeout_s)
             if not result.ok:
                 said = " ".join(result.stderr.split()).removeprefix("sacct: error: ")
                 raise SlurmOutputError(said or f"exit {result.returncode}", path="sacct")

@@ -222,7 +222,8 @@ class Daemon:
         version = model_version(config.policy, config.policy_bundle, is_learned(config.policy))
         accounting = AccountingReader(
             runner, config.slurm_timeout_s, config.accounting_every_s,
-            config.accounting_lookback_days * 86400.0) if config.accounting_outcomes else None
+            config.accounting_lookback_days * 86400.0, _shown_by(source),
+        ) if config.accounting_outcomes else None
         return Parts(config, source, scheduler, actuator, heartbeat, version, accounting)
 
     def _recall_for(self, source: SlurmSource) -> Recall:
@@ -476,6 +477,14 @@ class Daemon:
 def _flat(error: BaseException) -> str:
     """An error on one line: Slurm's stderr may span several, a job name may hold a newline."""
     return " ".join(str(error).split())
+
+
+def _shown_by(source: SlurmSource) -> Callable[[], set[str]]:
+    """The ids of every job squeue showed at the source's last query."""
+    def shown() -> set[str]:
+        state = source.last_state
+        return {job.job_id for job in state.jobs.jobs} if state is not None else set()
+    return shown
 
 
 def _accounting_settings(config: DaemonConfig) -> tuple[object, ...]:
