@@ -30,7 +30,10 @@ def find_job(store: Store, job_id: str, cluster: str | None) -> JobRow:
         found = list(session.scalars(query))
     if not found:
         where = f" of cluster {cluster!r}" if cluster else ""
-        raise SlurmRLError(f"job {safe(job_id)}{where} is not in the store")
+        raise SlurmRLError(
+            f"job {safe(job_id)}{where} is not in the store (the daemon stores a job when it "
+            "decides for it; one left to Slurm while held, waiting on a dependency, a begin "
+            "time or a reservation, or blocked by a limit has a 'left to Slurm' log line)")
     if len(found) > 1:
         names = ", ".join(sorted(row.cluster for row in found))
         raise SlurmRLError(f"job {safe(job_id)} is stored for several clusters ({names}): "
@@ -84,7 +87,8 @@ def render(data: dict[str, Any]) -> list[str]:
              f"{safe(job['user'])}, partition {safe(job['partition'])}, {job['gpus']} GPUs on "
              f"{job['nodes'] or '?'} node(s){kind}; submitted {_when(job['submit_time'])}"]
     if not data["decisions"]:
-        lines.append("no decision stored: the daemon never acted on it (Slurm decided alone)")
+        lines.append("no decision stored: the daemon never acted on it (Slurm decided alone; "
+                     "see the daemon's 'left to Slurm' log line, if any)")
     for d in data["decisions"]:
         lines.extend(_render_decision(d))
     lines.append(_render_outcome(data["outcome"]))
