@@ -4,8 +4,9 @@ Only GPU jobs are ours: a job without a GPU request is ignored, and so is a node
 GPUs. With ``partitions`` set, only jobs and nodes in those partitions count. Finished jobs
 come from squeue itself (slurmctld keeps them for ``MinJobAge`` seconds) and are reported
 once each. Pending jobs that wait on something no decision changes (held, a dependency, a
-user's ``--begin``, a limit: :mod:`slurm_rl.slurm.waiting`) are left out of the snapshot and
-listed in :attr:`SlurmSource.set_aside`.
+user's ``--begin``, a reservation, a limit: :mod:`slurm_rl.slurm.waiting`) are left out of
+the snapshot and listed in :attr:`SlurmSource.set_aside`; a node an active reservation holds
+offers no free GPUs (:mod:`slurm_rl.slurm.reservations`).
 """
 
 from __future__ import annotations
@@ -186,7 +187,8 @@ class SlurmSource:
         self.set_aside: dict[str, str] = {}
 
     def state(self) -> SlurmState:
-        """Query Slurm once (squeue, sinfo) and keep the result as :attr:`last_state`."""
+        """Query Slurm once (squeue, sinfo, the reservations) and keep the result as
+        :attr:`last_state`."""
         now = self.clock()
         jobs = self.client.jobs()
         nodes = self.client.nodes()
