@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from slurm_rl.daemon.accounting import parse_sacct
-from slurm_rl.slurm.errors import SlurmOutputError
+from slurm_rl.slurm.errors import SlurmOutputError, SlurmTimeoutError
 from slurm_rl.slurm.proc import CommandResult
 from slurm_rl.slurm.scontrol import parse_local_time
 from tests.slurm.fakes import fixture_text
@@ -99,3 +99,24 @@ def test_no_slurmdbd_is_one_warning_and_the_cycles_go_on(
     assert len(calls) == 3 and warnings == [
         "outcomes from sacct not read (is slurmdbd running?): sacct: Slurm accounting storage "
         "is disabled"]
+
+
+def test_a_sacct_that_does_not_answer_costs_no_cycle(
+    make_daemon: Any, caplog: pytest.LogCaptureFixture  # noqa: F811
+) -> None:
+    class Hanging(SacctAnswers):
+        def __call__(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
+            if argv[0] == "sacct":
+                self.calls.append(tuple(argv))
+                raise SlurmTimeoutError(argv, timeout_s)
+            return super().__call__(argv, timeout_s)
+
+    runner = Hanging(_cluster(), "")
+    daemon, _, clock = make_daemon(runner, accounting_outcomes=True, accounting_every_s=1)
+    assert daemon.run_once().ok
+    _forgotten(runner, ROLES["pending_prio"])
+    with caplog.at_level(logging.WARNING):
+        clock.now += 5
+        assert daemon.run_once().ok
+    assert len(runner.calls) == 1
+    assert any("did not answer within" in r.getMessage() for r in caplog.records)
