@@ -25,6 +25,7 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -50,12 +51,13 @@ class Calibration:
     stragglers: int
     gp_loss: float
     readings: int
+    gp_hyperparameters: dict[str, Any] | None = None  # the refit prior, for the bundle
 
 
 def calibrate(window: LoggedWindow, work: Path, *, repeats: int, seed: int) -> Calibration:
     work.mkdir(parents=True, exist_ok=True)
     reference = _reference_gpu(window)
-    speeds, loss, readings = refit_gp(window, work / "rwgp.pt")
+    speeds, loss, readings, fitted = refit_gp(window, work / "rwgp.pt")
     slow = [s for s in speeds.values() if s < STRAGGLER_BELOW]
     spec = work / "cluster.toml"
     spec.write_text(cluster_toml(window, slow))
@@ -67,7 +69,7 @@ def calibrate(window: LoggedWindow, work: Path, *, repeats: int, seed: int) -> C
     rows = synthetic_rows(window, np.random.default_rng(seed), origin, span * repeats)
     _write_trace(training, reference, rows)
     return Calibration(spec, replay, training, reference, span, repeats, origin, speeds,
-                       len(slow), loss, readings)
+                       len(slow), loss, readings, fitted)
 
 
 # ----- machine speeds ---------------------------------------------------------------------
@@ -90,10 +92,12 @@ def _job_class(job: LoggedJob) -> tuple[object, ...]:
     return (job.user, job.num_gpus, job.num_nodes, job.gpu_type, job.time_limit_s)
 
 
-def refit_gp(window: LoggedWindow, path: Path) -> tuple[dict[str, float], float, int]:
+def refit_gp(window: LoggedWindow, path: Path
+             ) -> tuple[dict[str, float], float, int, dict[str, Any] | None]:
     """Refit the RWGP on the window's readings; returns each node's posterior mean speed,
     the fit's negative log marginal likelihood per reading (NaN with fewer than 8 readings:
-    the prior's hyperparameters stay) and the number of readings."""
+    the prior's hyperparameters stay), the number of readings, and the refit
+    hyperparameters (None when there was no fit)."""
     from slurm_rl.agents.rwgp.model import RwgpModel
 
     cluster = Cluster(window.cluster, tuple(window.nodes))
@@ -105,8 +109,9 @@ def refit_gp(window: LoggedWindow, path: Path) -> tuple[dict[str, float], float,
     model.advance(window.end)
     mean = model.predict().mean
     model.save(path)
+    fitted = model.hyperparameters() if math.isfinite(loss) else None
     return {node.name: float(m) for node, m in zip(cluster.nodes, mean, strict=True)}, loss, \
-        len(readings)
+        len(readings), fitted
 
 
 # ----- the cluster spec -------------------------------------------------------------------

@@ -42,9 +42,12 @@ def episode_specs(calibration: Calibration, count: int, seed: int,
 
 
 def finetune(base: Path, calibration: Calibration, output: Path,
-             settings: FinetuneSettings, extra_meta: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
-    """Writes the candidate bundle to ``output``; returns it and the training curve."""
-    from slurm_rl.agents.ordering.agent import load_bundle, save_bundle
+             settings: FinetuneSettings, extra_meta: dict[str, Any],
+             placement_gp: dict[str, Any] | None = None) -> tuple[Path, dict[str, Any]]:
+    """Writes the candidate bundle to ``output`` (with the placement GP's refit
+    hyperparameters, when given: its chooser starts from them); returns it and the
+    training curve."""
+    from slurm_rl.agents.ordering.agent import PLACEMENT_GP, load_bundle, save_bundle
     from slurm_rl.training.objectives import ReturnScaler
     from slurm_rl.training.pool import RolloutPool, WorldSpec
     from slurm_rl.training.ppo import Args, _rewards, ppo_update
@@ -88,5 +91,7 @@ def finetune(base: Path, calibration: Calibration, output: Path,
         "retrain": {**extra_meta, "curve": curve,
                     "wall_s": round(time.perf_counter() - started, 1)},
     }
+    if placement_gp is not None:
+        meta[PLACEMENT_GP] = placement_gp
     save_bundle(output, network, meta)
     return output, {"curve": curve}

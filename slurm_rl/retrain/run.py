@@ -149,7 +149,8 @@ def _candidate(settings: RetrainSettings, current: PolicyRef, calibration: Calib
         or default_bundle_path()
     extra = {"window": [window.start, window.end], "jobs": len(window.jobs),
              "cluster": window.cluster}
-    path, _ = finetune(base, calibration, work / "candidate", settings.finetune, extra)
+    path, _ = finetune(base, calibration, work / "candidate", settings.finetune, extra,
+                       calibration.gp_hyperparameters)
     return path, "retrain"
 
 

@@ -81,6 +81,8 @@ def test_a_retrain_registers_judges_and_promotes_over_a_worse_active_version(
         row = session.get(ModelVersionRow, result.version)
         assert row is not None and row.meta is not None and row.weights
         assert row.meta["fine_tuned_from"] == str(default_bundle_path())
+        refit = row.meta["placement_gp"]  # the chooser starts from the site's GP
+        assert isinstance(refit, dict) and "raw_noise" in refit
         assert len(row.meta["retrain"]["curve"]) == 1  # type: ignore[index, arg-type]
     assert registry.rollback() == (bad, result.version)  # and back again
     assert registry.active_number() == bad

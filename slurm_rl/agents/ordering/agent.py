@@ -46,6 +46,7 @@ from slurm_rl.scheduler import Scheduler
 BUNDLE_FORMAT = "slurm-rl-policy-bundle/1"
 WEIGHTS_FILE = "weights.pt"
 META_FILE = "meta.json"
+PLACEMENT_GP = "placement_gp"  # meta key: the chooser's refit RWGP hyperparameters
 Variant = Literal["dual", "ordering-only", "placement-only", "no-communication"]
 VARIANTS: tuple[Variant, ...] = ("dual", "ordering-only", "placement-only", "no-communication")
 CHOOSERS = ("rwgp", "best-fit")
@@ -152,6 +153,12 @@ class Bundle:
     def chooser(self) -> str:
         return str(self.meta.get("chooser", "rwgp"))
 
+    @property
+    def placement_gp(self) -> Mapping[str, Any] | None:
+        """The RWGP hyperparameters a retrain refit on the site's logs, if any."""
+        found = self.meta.get(PLACEMENT_GP)
+        return found if isinstance(found, Mapping) else None
+
 
 def save_bundle(directory: Path, network: DualNetwork, meta: Mapping[str, Any]) -> Path:
     """Writes ``weights.pt`` and ``meta.json`` (``meta`` adds to the standard fields)."""
@@ -215,13 +222,15 @@ def _check_schema(path: Path, meta: Mapping[str, Any]) -> None:
 # ----- schedulers from a bundle ------------------------------------------------------------
 
 
-def make_chooser(name: str, gpu_speed: Mapping[str, float], fee_weight: float) -> PlacementPolicy:
-    """The node-set chooser inside the placement agent: the RWGP, or best-fit."""
+def make_chooser(name: str, gpu_speed: Mapping[str, float], fee_weight: float,
+                 hyperparameters: Mapping[str, Any] | None = None) -> PlacementPolicy:
+    """The node-set chooser inside the placement agent: the RWGP (starting from a retrained
+    bundle's refit hyperparameters when it has them), or best-fit."""
     if name == "rwgp":
         # Without exclusions: the bundles were trained with every node set on offer, so
         # keeping gangs off slow nodes here would change what the head chooses among.
-        return RwgpPlacement(gpu_speed, PlacementConfig(fee_weight=fee_weight,
-                                                        exclusion_ratio=0.0))
+        config = PlacementConfig(fee_weight=fee_weight, exclusion_ratio=0.0)
+        return RwgpPlacement(gpu_speed, config, hyperparameters=hyperparameters)
     if name == "best-fit":
         return BestFit()
     raise BundleError(f"unknown node-set chooser {name!r}; known: {', '.join(CHOOSERS)}")
@@ -229,7 +238,7 @@ def make_chooser(name: str, gpu_speed: Mapping[str, float], fee_weight: float) -
 
 def learned_placement(bundle: Bundle, gpu_speed: Mapping[str, float],
                       builder: FeatureBuilder) -> LearnedPlacement:
-    chooser = make_chooser(bundle.chooser, gpu_speed, bundle.fee_weight)
+    chooser = make_chooser(bundle.chooser, gpu_speed, bundle.fee_weight, bundle.placement_gp)
     return LearnedPlacement(bundle.network.placement, builder,
                             CandidateGenerator(chooser, builder))
 
@@ -263,7 +272,7 @@ def build_scheduler(
         placement: PlacementPolicy = baseline_placement or FastestGpuFirst(gpu_speed)
         messenger = Messenger(CandidateGenerator(placement, builder, per_type=False), None)
     else:
-        chooser = make_chooser(bundle.chooser, gpu_speed, bundle.fee_weight)
+        chooser = make_chooser(bundle.chooser, gpu_speed, bundle.fee_weight, bundle.placement_gp)
         learned = LearnedPlacement(network.placement, builder,
                                    CandidateGenerator(chooser, builder))
         placement, messenger = learned, learned.messenger

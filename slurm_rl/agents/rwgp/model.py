@@ -41,10 +41,10 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -410,6 +410,25 @@ class RwgpModel:
             state["belief"] = self.belief.state_dict()
             state["origin"] = self.origin
         torch.save(state, path)
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The prior's (raw) hyperparameters as plain JSON: what a retrained bundle carries."""
+        return {name: p.detach().tolist() for name, p in self.prior.named_parameters()}
+
+    def use_hyperparameters(self, values: Mapping[str, Any]) -> None:
+        """Take another model's :meth:`hyperparameters` (the belief starts over); raises
+        ``ValueError`` when they are not this prior's, or not finite."""
+        params = dict(self.prior.named_parameters())
+        if set(values) != set(params):
+            raise ValueError("hyperparameters of another prior")
+        new = {name: torch.tensor(values[name], dtype=p.dtype) for name, p in params.items()}
+        if any(new[n].shape != p.shape or not bool(torch.isfinite(new[n]).all())
+               for n, p in params.items()):
+            raise ValueError("hyperparameters of another shape, or not finite")
+        with torch.no_grad():
+            for name, p in params.items():
+                p.copy_(new[name])
+        self.belief = SpeedBelief(StatePrior.from_prior(self.prior), 0.0)
 
     @classmethod
     def load(

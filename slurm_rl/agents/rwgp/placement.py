@@ -63,12 +63,13 @@ are not moved (a whole faster set seldom frees at once).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -80,6 +81,7 @@ from slurm_rl.agents.rwgp.runtimes import RuntimeReference
 from slurm_rl.core import Cluster, ClusterSnapshot, Job, JobId, Placement, RunningJob
 
 _MIN_PACE = 1e-3
+log = logging.getLogger(__name__)
 
 
 class SpreadModel(Protocol):
@@ -210,8 +212,10 @@ class RwgpPlacement:
         model_config: RwgpConfig | None = None,
         family_speed: Mapping[str, Mapping[str, float]] | None = None,
         spread_model: SpreadModel | None = None,
+        hyperparameters: Mapping[str, Any] | None = None,
     ) -> None:
         self.config = config or PlacementConfig()
+        self._hyperparameters = hyperparameters  # a retrained bundle's refit prior
         self._model_config = model_config
         self._gpu_speed = {k.lower(): v for k, v in (gpu_speed or {}).items()}
         self._family_speed = {
@@ -256,11 +260,21 @@ class RwgpPlacement:
             if path
             else RwgpModel(cluster, self._model_config)
         )
+        if self._hyperparameters is not None:
+            self._use_hyperparameters(self.model, self._hyperparameters)
         self._nodes = _Nodes.from_cluster(cluster)
         self._speeds.clear()
         self._views.clear()
         self._slow.clear()
         return self.model
+
+    @staticmethod
+    def _use_hyperparameters(model: RwgpModel, values: Mapping[str, Any]) -> None:
+        try:
+            model.use_hyperparameters(values)
+        except (ValueError, TypeError, RuntimeError, KeyError) as exc:
+            log.warning("the bundle's RWGP hyperparameters do not fit this RWGP (%s): "
+                        "starting from the default prior", exc)
 
     # ----- deciding --------------------------------------------------------------------
 
