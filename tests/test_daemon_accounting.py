@@ -120,3 +120,20 @@ def test_a_sacct_that_does_not_answer_costs_no_cycle(
         assert daemon.run_once().ok
     assert len(runner.calls) == 1
     assert any("did not answer within" in r.getMessage() for r in caplog.records)
+
+
+def test_after_a_reload_the_reader_reads_the_new_source_on_the_old_schedule(
+    make_daemon: Any,  # noqa: F811
+) -> None:
+    runner = SacctAnswers(_cluster(), "")
+    daemon, _, clock = make_daemon(runner, accounting_outcomes=True, accounting_every_s=600)
+    assert daemon.run_once().ok
+    before = daemon.recorder.accounting
+    assert before is not None and daemon.reload()
+    after = daemon.recorder.accounting
+    assert after is not None and after is not before and after is daemon.parts.accounting
+    assert after.clock_due == before.clock_due
+    _forgotten(runner, ROLES["pending_prio"])
+    clock.now += 600
+    assert daemon.run_once().ok  # the new source's squeue: the forgotten job is asked about
+    assert len(runner.calls) == 1 and f"--jobs={ROLES['pending_prio']}" in runner.calls[0]

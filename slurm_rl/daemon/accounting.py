@@ -37,8 +37,6 @@ from slurm_rl.store.repository import Store
 log = logging.getLogger("slurm_rl.daemon")
 SOURCE = "sacct"
 FIELDS = ("JobID", "State", "Start", "End", "NodeList", "ExitCode")
-
-
 CHUNK = 200  # job ids per sacct call
 
 

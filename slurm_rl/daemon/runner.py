@@ -271,9 +271,11 @@ class Daemon:
         self.metrics.set_model(config.policy, parts.model_version)
         if previous is None or previous.config.jobcomp_path != config.jobcomp_path:
             self.recorder.jobcomp = _jobcomp_log(config)
-        if previous is None or _accounting_settings(previous.config) != _accounting_settings(
-                config):
-            self.recorder.accounting = parts.accounting
+        # The new reader reads the new source; it keeps the old one's schedule and warning.
+        old = self.recorder.accounting
+        if old is not None and parts.accounting is not None:
+            parts.accounting.clock_due, parts.accounting.warned = old.clock_due, old.warned
+        self.recorder.accounting = parts.accounting
         self.parts = parts
         if self._on_config is not None:
             self._on_config(config)
@@ -485,11 +487,6 @@ def _shown_by(source: SlurmSource) -> Callable[[], set[str]]:
         state = source.last_state
         return {job.job_id for job in state.jobs.jobs} if state is not None else set()
     return shown
-
-
-def _accounting_settings(config: DaemonConfig) -> tuple[object, ...]:
-    return (config.accounting_outcomes, config.accounting_every_s,
-            config.accounting_lookback_days, config.slurm_conf, config.slurm_timeout_s)
 
 
 def _jobcomp_log(config: DaemonConfig) -> JobcompLog | None:
