@@ -7,7 +7,7 @@ repetition (so no cache carries over), on one torch thread. Prints the median an
 percentile; the target is ≤ 50 ms. Jobs come from the seeded synthetic Philly-like workload, so
 no shared data is needed.
 
-Usage: python benchmarks/ordering_inference.py [--jobs 5000] [--chooser rwgp|best-fit]
+Usage: python benchmarks/ordering_inference.py [--jobs 5000] [--chooser rwgp-excluding|...]
        [--bundle policies/default] [--repeat 30]
 """
 
@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from slurm_rl.agents.ordering.agent import (
+    CHOOSERS,
     Bundle,
     build_scheduler,
     load_bundle,
@@ -55,7 +56,7 @@ def queue_snapshot(jobs: int, finished: int) -> tuple[ClusterSnapshot, ClusterSn
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jobs", type=int, default=5000)
-    parser.add_argument("--chooser", choices=["rwgp", "best-fit"], default="rwgp")
+    parser.add_argument("--chooser", choices=list(CHOOSERS), default=CHOOSERS[0])
     parser.add_argument("--bundle", type=Path, default=None,
                         help="a policy bundle (default: an untrained network of the same size)")
     parser.add_argument("--repeat", type=int, default=30)

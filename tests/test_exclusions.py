@@ -4,8 +4,13 @@ names the nodes far too slow for a gang."""
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+import torch
+
+from slurm_rl.agents.ordering.agent import Bundle, build_scheduler, network_config
+from slurm_rl.agents.ordering.network import DualNetwork
 from slurm_rl.agents.ordering_baselines import Fifo
 from slurm_rl.agents.placement_baselines import FirstFit
 from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
@@ -149,3 +154,22 @@ def test_in_a_backlog_rwgp_lets_gangs_that_fit_a_node_take_slow_nodes():
     placement = rwgp.place(gang, only_k80_free, later)  # the backlog is remembered an hour
     assert placement is not None and placement.nodes[0].startswith("k80")
     assert rwgp.exclusions(gang, ClusterSnapshot(5000.0, cluster, only_k80_free, ())) == slow
+
+
+def _dual_agent(chooser: str) -> Scheduler:
+    torch.manual_seed(0)
+    network = DualNetwork(network_config(16, pace_sharpness=4.0)).eval()
+    return build_scheduler(Bundle(Path("-"), network, {"chooser": chooser, "fee_weight": 0.1}),
+                           SPEEDS)
+
+
+def test_the_dual_agent_excludes_as_its_chooser_does_when_trained_so():
+    cluster = mixed_cluster()
+    only_k80_free = (0, 0, 8, 8)
+    gang, one = job("gang", 0.0, 2, 10.0), job("one", 1.0, 1, 10.0)
+    snapshot = snapshot_of(cluster, (gang, one), only_k80_free)
+    excluding = _dual_agent("rwgp-excluding").decide(snapshot)
+    assert set(excluding.placements) == {"one"}  # the gang waits for a faster node
+    assert dict(excluding.exclusions) == {"gang": ("k80-0", "k80-1")}
+    every_set = _dual_agent("rwgp").decide(snapshot)  # as bundles before session 14
+    assert set(every_set.placements) == {"gang", "one"} and not every_set.exclusions

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from slurm_rl.agents.ordering.agent import network_config
-from slurm_rl.agents.ordering.network import DualNetwork
+from slurm_rl.agents.ordering.candidates import CANDIDATE_FEATURES
+from slurm_rl.agents.ordering.network import PACE_COLUMN, DualNetwork
 
 
 def inputs(n: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -82,6 +83,32 @@ def test_placement_head_masks_absent_candidates_and_by_shape_matches_rows() -> N
         rows = model.placement(jobs, shapes[shape_of], cluster.expand(4, -1), present[shape_of])
     torch.testing.assert_close(by_shape, rows)
     assert torch.isinf(rows[0, 2]) and rows[0, 2] < 0
+
+
+def test_a_new_head_with_a_pace_prior_starts_as_the_prior_and_learns_a_residual() -> None:
+    assert CANDIDATE_FEATURES[PACE_COLUMN] == "pace"
+    torch.manual_seed(0)
+    model = DualNetwork(network_config(16, pace_sharpness=4.0))
+    config = model.config
+    g = torch.Generator().manual_seed(4)
+    jobs = torch.randn(2, config.job_features, generator=g)
+    cluster = torch.randn(2, config.cluster_features, generator=g)
+    candidates = torch.rand(2, 3, config.candidate_features, generator=g)
+    candidates[:, :, PACE_COLUMN] = torch.tensor([[1.0, 0.5, 0.25], [0.25, 0.5, 1.0]])
+    present = torch.ones(2, 3, dtype=torch.bool)
+    logits = model.placement(jobs, candidates, cluster, present)
+    torch.testing.assert_close(logits, 4.0 * torch.log(candidates[:, :, PACE_COLUMN]))
+    assert logits.argmax(dim=1).tolist() == [0, 2]  # the fastest predicted set first
+    (-torch.log_softmax(logits, dim=1)[:, 1].sum()).backward()  # ask for the middle one
+    tower = model.placement.candidate[-1]
+    assert tower.weight.grad is not None and tower.weight.grad.abs().sum() > 0
+
+
+def test_a_head_without_prior_is_the_plain_two_tower_form() -> None:
+    model = net()  # pace_sharpness 0, as in bundles trained before the prior
+    config = model.config
+    candidates = torch.rand(1, 2, config.candidate_features)
+    assert model.placement.prior(candidates).abs().sum() == 0
 
 
 def test_critic_gives_one_value_per_state() -> None:

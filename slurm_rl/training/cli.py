@@ -46,11 +46,15 @@ _DEFAULT_WINDOWS = {"philly": "2017-12"}
               help="Checkpoint selection replays this window (tuning data).")
 @click.option("--validate-every", "validate_every", default=5, show_default=True,
               type=click.IntRange(min=0), help="PPO iterations between validations.")
-@click.option("--chooser", type=click.Choice(CHOOSERS), default="rwgp", show_default=True,
+@click.option("--chooser", type=click.Choice(CHOOSERS), default="rwgp-excluding", show_default=True,
               help="Node-set chooser inside each GPU type.")
 @click.option("--no-communication", "no_communication", is_flag=True,
               help="Train the ablation without the placement agent's message.")
 @click.option("--hidden", default=64, show_default=True, type=click.IntRange(min=4))
+@click.option("--pace-sharpness", "pace_sharpness", default=4.0, show_default=True,
+              type=click.FloatRange(min=0.0),
+              help="Placement head prior β·log(pace): it starts as fastest-predicted-set "
+                   "first and learns a residual (0: no prior).")
 @click.option("--learning-rate", "learning_rate", default=1e-3, show_default=True,
               type=click.FloatRange(min=0.0, min_open=True))
 @click.option("--update-epochs", "update_epochs", default=8, show_default=True,

@@ -73,9 +73,12 @@ class Args:
     episode_days: float = 0.5  # the agent's part of an episode
     # the reward and the agent
     fee_weight: float = 0.1  # λ: currency units worth one job-hour of JCT
-    chooser: str = "rwgp"  # node sets inside a GPU type: "rwgp" or "best-fit"
+    chooser: str = "rwgp-excluding"  # node sets inside a GPU type (agent.CHOOSERS)
     communicate: bool = True  # False trains the "no communication" ablation
     hidden: int = 64
+    # β_0 of the placement head's prior β_0 log pace (network.py): the head starts as the
+    # chooser's rule, fastest predicted set first, and learns a residual (0: no prior)
+    pace_sharpness: float = 4.0
     max_jobs: int = 128  # candidate set size
     rank_k: int = 16  # ranked prefix that is the ordering action
     # behaviour cloning
@@ -129,7 +132,7 @@ def train(args: Args) -> Path:
 
 
     # ----- the networks -----------------------------------------------------------------
-    network = DualNetwork(network_config(args.hidden))
+    network = DualNetwork(network_config(args.hidden, args.pace_sharpness))
     network.ordering.communicate = args.communicate
     optimizer = torch.optim.Adam(network.parameters(), lr=args.learning_rate, eps=1e-5)
     scaler = ReturnScaler(args.gamma)

@@ -56,7 +56,7 @@ _PACE = CANDIDATE_FEATURES.index("pace")
 @dataclass(frozen=True)
 class RolloutConfig:
     fee_weight: float = 0.1
-    chooser: str = "rwgp"
+    chooser: str = "rwgp-excluding"
     mode: Mode = "sample"
     max_jobs: int = 128
     rank_k: int = 16

@@ -49,7 +49,10 @@ META_FILE = "meta.json"
 PLACEMENT_GP = "placement_gp"  # meta key: the chooser's refit RWGP hyperparameters
 Variant = Literal["dual", "ordering-only", "placement-only", "no-communication"]
 VARIANTS: tuple[Variant, ...] = ("dual", "ordering-only", "placement-only", "no-communication")
-CHOOSERS = ("rwgp", "best-fit")
+#: Node-set choosers inside the placement agent. ``rwgp-excluding`` also keeps gangs off nodes
+#: far slower than their best (the RWGP's exclusions); ``rwgp`` offers every node set, as the
+#: bundles trained before it expect.
+CHOOSERS = ("rwgp-excluding", "rwgp", "best-fit")
 LEARNED_ORDERING = ("rl", "rl-nocomm")
 
 
@@ -61,9 +64,9 @@ def default_bundle_path() -> Path:
     return REPO_DIR / "policies" / "default"
 
 
-def network_config(hidden: int = 64) -> NetworkConfig:
+def network_config(hidden: int = 64, pace_sharpness: float = 0.0) -> NetworkConfig:
     return NetworkConfig(len(JOB_FEATURES), len(CLUSTER_FEATURES), len(MESSAGE_FEATURES),
-                         len(CANDIDATE_FEATURES), hidden)
+                         len(CANDIDATE_FEATURES), hidden, pace_sharpness)
 
 
 # ----- the ordering agent ----------------------------------------------------------------
@@ -224,12 +227,12 @@ def _check_schema(path: Path, meta: Mapping[str, Any]) -> None:
 
 def make_chooser(name: str, gpu_speed: Mapping[str, float], fee_weight: float,
                  hyperparameters: Mapping[str, Any] | None = None) -> PlacementPolicy:
-    """The node-set chooser inside the placement agent: the RWGP (starting from a retrained
-    bundle's refit hyperparameters when it has them), or best-fit."""
-    if name == "rwgp":
-        # Without exclusions: the bundles were trained with every node set on offer, so
-        # keeping gangs off slow nodes here would change what the head chooses among.
-        config = PlacementConfig(fee_weight=fee_weight, exclusion_ratio=0.0)
+    """The node-set chooser inside the placement agent (:data:`CHOOSERS`): the RWGP (starting
+    from a retrained bundle's refit hyperparameters when it has them), or best-fit."""
+    if name in ("rwgp", "rwgp-excluding"):
+        # A bundle is only ever run with the node sets it was trained to choose among.
+        ratio = PlacementConfig.exclusion_ratio if name == "rwgp-excluding" else 0.0
+        config = PlacementConfig(fee_weight=fee_weight, exclusion_ratio=ratio)
         return RwgpPlacement(gpu_speed, config, hyperparameters=hyperparameters)
     if name == "best-fit":
         return BestFit()

@@ -23,9 +23,17 @@ ablation.
 **Placement head.** For a job with candidates :math:`k = 1..C` (one node set per GPU type,
 :mod:`.candidates`) with features :math:`y_k`, a two-tower form:
 :math:`a_j = \mathrm{mlp}_a([x_j, u])`, :math:`[b_k, β_k] = \mathrm{mlp}_b([y_k, u])`,
-logits :math:`l_{jk} = \langle a_j, b_k\rangle / \sqrt{h} + β_k`; the policy is
-:math:`\mathrm{softmax}_k(l_{jk})` over the candidates present. Candidates depend only on a
-job's request shape, so :math:`b` is computed once per shape for a whole queue.
+logits :math:`l_{jk} = β_0 \log \mathrm{pace}_k + \langle a_j, b_k\rangle / \sqrt{h} + β_k`;
+the policy is :math:`\mathrm{softmax}_k(l_{jk})` over the candidates present. Candidates
+depend only on a job's request shape, so :math:`b` is computed once per shape for a whole
+queue.
+
+The first term is a *prior*: the candidates' predicted pace (the RWGP's risk-adjusted speed
+of the set, relative to the fastest type) at sharpness :math:`β_0` (``pace_sharpness``). With
+:math:`β_0 > 0` the last layer of the candidate tower starts at zero, so a new head starts
+as the chooser's own rule — the fastest predicted set — and learning moves it only where that
+pays (a residual). Bundles trained before the prior existed have :math:`β_0 = 0` and keep
+their plain two-tower logits.
 
 **Critic** (centralised, as in MAPPO: it sees what both actors see):
 :math:`V = \mathrm{mlp}([\text{mean}_j e_j, \max_j e_j, ψ'(u)])` with
@@ -39,6 +47,9 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor, nn
 
+PACE_COLUMN = 0  # "pace" in candidates.CANDIDATE_FEATURES (checked there)
+_MIN_PRIOR_PACE = 0.01
+
 
 @dataclass(frozen=True)
 class NetworkConfig:
@@ -47,8 +58,9 @@ class NetworkConfig:
     message_features: int
     candidate_features: int
     hidden: int = 64
+    pace_sharpness: float = 0.0  # β_0 of the placement head's pace prior (0: no prior)
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, float]:
         return asdict(self)
 
 
@@ -126,13 +138,19 @@ class PlacementHead(nn.Module):
         self.job = mlp(config.job_features + config.cluster_features, h, h)
         self.candidate = mlp(config.candidate_features + config.cluster_features, h, h + 1)
         self.scale = h**-0.5
+        self.pace_sharpness = config.pace_sharpness
+        if self.pace_sharpness > 0:  # start as the prior alone: the towers learn a residual
+            last = self.candidate[-1]
+            assert isinstance(last, nn.Linear)
+            nn.init.zeros_(last.weight)
+            nn.init.zeros_(last.bias)
 
     def forward(self, job: Tensor, candidates: Tensor, cluster: Tensor, present: Tensor) -> Tensor:
         """``job`` [M, Fj], ``candidates`` [M, C, Fc], ``cluster`` [M, Fu], ``present`` [M, C]
         -> logits [M, C], ``-inf`` where no candidate is present."""
         a = self.job(torch.cat([job, cluster], dim=-1))
         b = self.embed_candidates(candidates, cluster)
-        return self._combine(a, b, present)
+        return self._combine(a, b, present) + self.prior(candidates)
 
     def embed_candidates(self, candidates: Tensor, cluster: Tensor) -> Tensor:
         """[..., C, Fc] with cluster [..., Fu] -> [..., C, h + 1] (the last unit is a bias)."""
@@ -146,7 +164,14 @@ class PlacementHead(nn.Module):
         ``candidates`` [S, C, Fc], ``present`` [S, C], ``shape_of`` [n], ``cluster`` [Fu]."""
         a = self.job(torch.cat([job, cluster.expand(len(job), -1)], dim=-1))
         b = self.embed_candidates(candidates, cluster.expand(len(candidates), -1))
-        return self._combine(a, b[shape_of], present[shape_of])
+        return self._combine(a, b[shape_of], present[shape_of]) + self.prior(candidates)[shape_of]
+
+    def prior(self, candidates: Tensor) -> Tensor:
+        """β_0 log pace per candidate (0 without a prior); absent rows are masked anyway."""
+        if self.pace_sharpness <= 0:
+            return candidates.new_zeros(candidates.shape[:-1])
+        pace = candidates[..., PACE_COLUMN].clamp(min=_MIN_PRIOR_PACE)
+        return self.pace_sharpness * torch.log(pace)
 
     def _combine(self, a: Tensor, b: Tensor, present: Tensor) -> Tensor:
         """l_k = <a, b_k> / sqrt(h) + bias_k."""

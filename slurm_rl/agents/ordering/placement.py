@@ -4,7 +4,8 @@
 under the project's :class:`~slurm_rl.scheduler.Scheduler` like any heuristic. It picks the
 head's argmax; the training rollouts override :meth:`LearnedPlacement.choose` to sample from the
 head's softmax (or follow a teacher) and record each choice for PPO. Moving running jobs
-(:meth:`LearnedPlacement.migrations`) is the chooser's rule; the head never learned it.
+(:meth:`LearnedPlacement.migrations`) and the nodes a released gang must be kept off
+(:meth:`LearnedPlacement.exclusions`) are the chooser's rules; the head never learned them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from slurm_rl.agents.base import MigratingPlacement
+from slurm_rl.agents.base import ExcludingPlacement, MigratingPlacement
 from slurm_rl.agents.ordering.candidates import CandidateGenerator, CandidateSet
 from slurm_rl.agents.ordering.features import FeatureBuilder, FloatArray
 from slurm_rl.agents.ordering.messages import Messenger
@@ -52,6 +53,13 @@ class LearnedPlacement:
         if len(found) == 1:
             return found.placements[0]  # no choice to make, nothing to learn
         return found.placements[self.choose(job, found, snapshot)]
+
+    def exclusions(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, ...]:
+        """The chooser's, judged like its candidates: without the job's model family."""
+        chooser = self.generator.chooser
+        if not isinstance(chooser, ExcludingPlacement):
+            return ()
+        return chooser.exclusions(dataclasses.replace(job, model_family=""), snapshot)
 
     def migrations(
         self, snapshot: ClusterSnapshot, free_gpus: Sequence[int]
