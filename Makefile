@@ -50,12 +50,12 @@ bench: $(STAMP)
 	$(PY) benchmarks/rwgp_cycle.py
 	$(PY) benchmarks/ordering_inference.py
 
-# Reproduce the shipped dual-agent bundle (Philly Oct-Nov episodes, Sep validation; ~16 min on
+# Reproduce the shipped dual-agent bundle (Philly Oct-Nov episodes, Sep validation; ~12 min on
 # 2 cores).
 train-default: $(STAMP)
 	$(VENV)/bin/slurm-rl train --output policies/default
 
-# The no-communication ablation, trained as such (~9 min on 2 cores with Ray): evaluate reads it
+# The no-communication ablation, trained as such (~13 min on 2 cores with Ray): evaluate reads it
 # with --no-comm-bundle policies/no-communication.
 train-no-comm: $(STAMP)
 	$(VENV)/bin/slurm-rl train --no-communication --output policies/no-communication

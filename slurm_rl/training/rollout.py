@@ -234,10 +234,11 @@ class Actor:
 
 
 def observation_tensors(seen: Observation) -> tuple[torch.Tensor, ...]:
+    # copies: arrays that came back from a Ray actor are read-only
     return (
-        torch.from_numpy(seen.jobs).float().unsqueeze(0),
-        torch.from_numpy(seen.messages).float().unsqueeze(0),
-        torch.from_numpy(seen.cluster).float().unsqueeze(0),
+        torch.tensor(seen.jobs, dtype=torch.float32).unsqueeze(0),
+        torch.tensor(seen.messages, dtype=torch.float32).unsqueeze(0),
+        torch.tensor(seen.cluster, dtype=torch.float32).unsqueeze(0),
         torch.ones(1, len(seen.jobs), dtype=torch.bool),
     )
 
