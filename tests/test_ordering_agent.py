@@ -137,6 +137,19 @@ def test_a_bundle_of_another_feature_schema_is_refused_with_one_line(tmp_path: P
         load_bundle(tmp_path / "b")
 
 
+def test_a_bundle_from_before_the_pace_prior_loads_without_it(tmp_path: Path) -> None:
+    save_bundle(tmp_path / "b", bundle().network, {})
+    meta = json.loads((tmp_path / "b" / "meta.json").read_text())
+    old_network = {k: v for k, v in meta["network"].items() if k != "pace_sharpness"}
+    _rewrite(tmp_path / "b", {"network": old_network})  # as written before session 14
+    assert load_bundle(tmp_path / "b").network.config.pace_sharpness == 0.0
+    assert load_bundle(tmp_path / "b").chooser == "rwgp"  # and it never excluded
+    prior = DualNetwork(network_config(16, pace_sharpness=4.0))
+    save_bundle(tmp_path / "p", prior, {"chooser": "rwgp-excluding"})
+    loaded = load_bundle(tmp_path / "p")
+    assert loaded.network.config.pace_sharpness == 4.0 and loaded.chooser == "rwgp-excluding"
+
+
 def test_missing_or_broken_bundles_are_refused(tmp_path: Path) -> None:
     with pytest.raises(BundleError, match="no policy bundle"):
         load_bundle(tmp_path / "nothing")
