@@ -20,6 +20,7 @@ from slurm_rl.agents.ordering.agent import (
     registry_scheduler,
     save_bundle,
 )
+from slurm_rl.agents.ordering.candidates import CANDIDATE_FEATURES
 from slurm_rl.agents.ordering.messages import MESSAGE_FEATURES
 from slurm_rl.agents.ordering.network import DualNetwork
 from slurm_rl.agents.ordering.placement import LearnedPlacement
@@ -86,6 +87,21 @@ def test_learned_placement_offers_one_candidate_per_gpu_type() -> None:
     assert types == {"A100", "V100"}
     chosen = placement.place(Job("x", 0.0, 4), view.free_gpus, view)
     assert chosen in found.placements
+    pace = found.features[:, CANDIDATE_FEATURES.index("pace")]
+    np.testing.assert_allclose(found.log_cost, -np.log(pace))  # best-fit knows no cost
+
+
+def test_with_the_rwgp_chooser_the_log_cost_is_its_score_which_prices_fees() -> None:
+    placement = build_scheduler(bundle("rwgp"), SPEED).placement
+    assert isinstance(placement, LearnedPlacement)
+    view = queue_snapshot(free=(8, 8, 4, 4))
+    placement.observe(view)
+    found = placement.generator.candidates(Job("x", 0.0, 4), view.free_gpus, view)
+    chooser = placement.generator.chooser
+    for p, log_cost in zip(found.placements, found.log_cost, strict=True):
+        scores = [c.score for c in chooser.candidates(Job("x", 0.0, 4), view.free_gpus, view)
+                  if c.placement == p]
+        assert log_cost == pytest.approx(np.log(min(scores)))
 
 
 @pytest.mark.parametrize("variant", ["dual", "ordering-only", "placement-only", "no-communication"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from slurm_rl.agents.ordering.agent import network_config
@@ -102,6 +103,28 @@ def test_a_new_head_with_a_pace_prior_starts_as_the_prior_and_learns_a_residual(
     (-torch.log_softmax(logits, dim=1)[:, 1].sum()).backward()  # ask for the middle one
     tower = model.placement.candidate[-1]
     assert tower.weight.grad is not None and tower.weight.grad.abs().sum() > 0
+
+
+def test_a_cost_prior_starts_as_the_choosers_cheapest_candidate() -> None:
+    torch.manual_seed(0)
+    model = DualNetwork(network_config(16, pace_sharpness=4.0, prior="cost"))
+    config = model.config
+    jobs = torch.randn(1, config.job_features)
+    cluster = torch.randn(1, config.cluster_features)
+    candidates = torch.rand(1, 3, config.candidate_features)
+    candidates[0, :, PACE_COLUMN] = torch.tensor([1.0, 0.5, 0.25])  # fastest first...
+    log_cost = torch.log(torch.tensor([[2.0, 1.0, 4.0]]))  # ...but the middle is cheapest
+    present = torch.ones(1, 3, dtype=torch.bool)
+    logits = model.placement(jobs, candidates, cluster, present, log_cost)
+    torch.testing.assert_close(logits, -4.0 * log_cost)
+    assert int(logits.argmax()) == 1
+    shaped = model.placement.by_shape(jobs, cluster[0], candidates, present, torch.tensor([0]),
+                                      log_cost)
+    torch.testing.assert_close(shaped, logits)
+    with pytest.raises(ValueError, match="log cost"):
+        model.placement(jobs, candidates, cluster, present)
+    with pytest.raises(ValueError, match="unknown placement prior"):
+        DualNetwork(network_config(16, pace_sharpness=4.0, prior="fastest"))
 
 
 def test_a_head_without_prior_is_the_plain_two_tower_form() -> None:

@@ -180,7 +180,7 @@ def _learned_alternatives(
         return {"alternatives": [], "note": "one candidate set (one GPU type had room)"}
     row = policy.builder.job_row(job, snapshot)
     cluster = policy.builder.encode(snapshot).cluster
-    probs = torch.softmax(policy.logits(row, found.features, cluster), dim=0).tolist()
+    probs = torch.softmax(policy.logits(row, found, cluster), dim=0).tolist()
     pairs = sorted(zip(found.placements, probs, strict=True), key=lambda pair: -pair[1])
     mine = next((p for placement, p in pairs if _same(placement, chosen)), None)
     out: Why = {"chosen": {"nodes": list(chosen.nodes), "probability": mine}}

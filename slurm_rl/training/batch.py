@@ -51,6 +51,7 @@ class PlacementBatch:
     candidates: Tensor  # [P, C, Fc]
     cluster: Tensor  # [P, Fu]
     present: Tensor  # [P, C]
+    log_cost: Tensor  # [P, C]
     choice: Tensor  # [P]
     old_logp: Tensor  # [P]
     step: Tensor  # [P]: position of the step in the batch
@@ -90,14 +91,17 @@ def collate_placements(steps: Sequence[Step]) -> PlacementBatch | None:
     count, features = len(chosen), chosen[0][1].candidates.shape[1]
     candidates = np.zeros((count, width, features), dtype=np.float32)
     present = np.zeros((count, width), dtype=bool)
+    log_cost = np.zeros((count, width), dtype=np.float32)
     for i, (_, p) in enumerate(chosen):
         candidates[i, : len(p.candidates)] = p.candidates
         present[i, : len(p.candidates)] = True
+        log_cost[i, : len(p.candidates)] = p.log_cost
     return PlacementBatch(
         torch.from_numpy(np.stack([p.job for _, p in chosen])),
         torch.from_numpy(candidates),
         torch.from_numpy(np.stack([p.cluster for _, p in chosen])),
         torch.from_numpy(present),
+        torch.from_numpy(log_cost),
         torch.tensor([p.choice for _, p in chosen], dtype=torch.int64),
         torch.tensor([p.logp for _, p in chosen], dtype=torch.float32),
         torch.tensor([b for b, _ in chosen], dtype=torch.int64),

@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 
 from slurm_rl.agents.ordering.agent import CHOOSERS, default_bundle_path, load_bundle
+from slurm_rl.agents.ordering.network import PRIORS
 from slurm_rl.cli_options import checkpoint_options
 from slurm_rl.errors import InputError
 from slurm_rl.training.evaluate import PLACEMENTS
@@ -55,6 +56,9 @@ _DEFAULT_WINDOWS = {"philly": "2017-12"}
               type=click.FloatRange(min=0.0),
               help="Placement head prior β·log(pace): it starts as fastest-predicted-set "
                    "first and learns a residual (0: no prior).")
+@click.option("--prior", type=click.Choice(PRIORS), default="pace", show_default=True,
+              help="The head's prior: the pace, or (cost) the chooser's cost per unit of work, "
+                   "which prices fees at the bundle's λ.")
 @click.option("--learning-rate", "learning_rate", default=1e-3, show_default=True,
               type=click.FloatRange(min=0.0, min_open=True))
 @click.option("--update-epochs", "update_epochs", default=8, show_default=True,

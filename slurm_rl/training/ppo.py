@@ -79,6 +79,7 @@ class Args:
     # β_0 of the placement head's prior β_0 log pace (network.py): the head starts as the
     # chooser's rule, fastest predicted set first, and learns a residual (0: no prior)
     pace_sharpness: float = 4.0
+    prior: str = "pace"  # "cost": −β_0 log (the chooser's cost per unit of work), fee-aware
     max_jobs: int = 128  # candidate set size
     rank_k: int = 16  # ranked prefix that is the ordering action
     # behaviour cloning
@@ -132,7 +133,7 @@ def train(args: Args) -> Path:
 
 
     # ----- the networks -----------------------------------------------------------------
-    network = DualNetwork(network_config(args.hidden, args.pace_sharpness))
+    network = DualNetwork(network_config(args.hidden, args.pace_sharpness, args.prior))
     network.ordering.communicate = args.communicate
     optimizer = torch.optim.Adam(network.parameters(), lr=args.learning_rate, eps=1e-5)
     scaler = ReturnScaler(args.gamma)
@@ -297,7 +298,7 @@ def _ppo_losses(network: DualNetwork, batch: StepBatch, steps: Sequence[Step], a
     out["policy_p"], out["entropy_p"], out["kl_p"] = zero, zero, zero.detach()
     if placements is not None:
         logits = network.placement(placements.job, placements.candidates, placements.cluster,
-                                   placements.present)
+                                   placements.present, placements.log_cost)
         log_probs = torch.log_softmax(logits, dim=1)
         new = log_probs.gather(1, placements.choice.unsqueeze(1)).squeeze(1)
         ratio_p = (new - placements.old_logp).exp()
@@ -346,5 +347,5 @@ def _placement_nll(network: DualNetwork, steps: Sequence[Step], like: Tensor) ->
     if placements is None:
         return like.sum() * 0.0
     logits = network.placement(placements.job, placements.candidates, placements.cluster,
-                               placements.present)
+                               placements.present, placements.log_cost)
     return nn.functional.cross_entropy(logits.nan_to_num(neginf=-1e9), placements.choice)

@@ -82,6 +82,7 @@ class PlacementStep:
     cluster: FloatArray
     choice: int
     logp: float
+    log_cost: FloatArray  # the chooser's, per candidate (the head's cost prior reads it)
 
 
 @dataclass
@@ -127,7 +128,7 @@ class TrainingPlacement(LearnedPlacement):
     def choose(self, job: Job, found: CandidateSet, snapshot: ClusterSnapshot) -> int:
         row = self.builder.job_row(job, snapshot)
         cluster = self.builder.encode(snapshot).cluster
-        logp = torch.log_softmax(self.logits(row, found.features, cluster), dim=0)
+        logp = torch.log_softmax(self.logits(row, found, cluster), dim=0)
         if self.mode == "greedy":
             return int(logp.argmax())
         if self.mode == "teacher":
@@ -135,7 +136,8 @@ class TrainingPlacement(LearnedPlacement):
         else:
             choice = int(torch.multinomial(logp.exp(), 1, generator=self.rng))
         self.steps.append(PlacementStep(row.astype(np.float32), found.features.astype(np.float32),
-                                        cluster.astype(np.float32), choice, float(logp[choice])))
+                                        cluster.astype(np.float32), choice, float(logp[choice]),
+                                        found.log_cost.astype(np.float32)))
         return choice
 
 

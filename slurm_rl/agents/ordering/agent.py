@@ -64,9 +64,10 @@ def default_bundle_path() -> Path:
     return REPO_DIR / "policies" / "default"
 
 
-def network_config(hidden: int = 64, pace_sharpness: float = 0.0) -> NetworkConfig:
+def network_config(hidden: int = 64, pace_sharpness: float = 0.0,
+                   prior: str = "pace") -> NetworkConfig:
     return NetworkConfig(len(JOB_FEATURES), len(CLUSTER_FEATURES), len(MESSAGE_FEATURES),
-                         len(CANDIDATE_FEATURES), hidden, pace_sharpness)
+                         len(CANDIDATE_FEATURES), hidden, pace_sharpness, prior)
 
 
 # ----- the ordering agent ----------------------------------------------------------------

@@ -56,14 +56,17 @@ _MAX_COST = 20.0
 
 @dataclass(frozen=True)
 class CandidateSet:
-    """Candidate placements for one job and their features (``[len(placements), F]``)."""
+    """Candidate placements for one job, their features (``[len(placements), F]``) and the
+    chooser's log cost per unit of the job's work on each (``[len(placements)]``: the RWGP's
+    score, which prices fees at its λ; −log pace for a heuristic chooser)."""
 
     placements: tuple[Placement, ...]
     features: FloatArray
+    log_cost: FloatArray
 
     @classmethod
     def empty(cls) -> CandidateSet:
-        return cls((), np.zeros((0, len(CANDIDATE_FEATURES))))
+        return cls((), np.zeros((0, len(CANDIDATE_FEATURES))), np.zeros(0))
 
     def __len__(self) -> int:
         return len(self.placements)
@@ -131,7 +134,7 @@ class CandidateGenerator:
         tables = self.tables(snapshot.cluster)
         job = dataclasses.replace(job, model_family="") if job.model_family else job
         free = np.asarray(free_gpus, dtype=np.int64)
-        found: list[tuple[Placement, list[float]]] = []
+        found: list[tuple[Placement, list[float], float | None]] = []
         for t in self._types_with_room(job, free, tables) if self.per_type else ():
             masked = np.where(tables.type_of == t, free, 0)
             chosen = self._choose(job, masked, snapshot)
@@ -143,8 +146,10 @@ class CandidateGenerator:
                 found.append(chosen)
         if not found:
             return CandidateSet.empty()
-        rows = [self._row(p, partial, free, tables) for p, partial in found]
-        return CandidateSet(tuple(p for p, _ in found), np.array(rows, dtype=float))
+        rows = np.array([self._row(p, known, free, tables) for p, known, _ in found], dtype=float)
+        log_cost = [-np.log(max(pace, _MIN_PACE)) if score is None else np.log(max(score, 1e-9))
+                    for (_, _, score), pace in zip(found, rows[:, 0], strict=True)]
+        return CandidateSet(tuple(p for p, _, _ in found), rows, np.array(log_cost, dtype=float))
 
     @staticmethod
     def _types_with_room(job: Job, free: IntArray, tables: _ClusterTables) -> list[int]:
@@ -158,17 +163,18 @@ class CandidateGenerator:
 
     def _choose(
         self, job: Job, free: IntArray, snapshot: ClusterSnapshot
-    ) -> tuple[Placement, list[float]] | None:
-        """The chooser's best set in ``free`` and its (pace, health, risk) when it knows them."""
+    ) -> tuple[Placement, list[float], float | None] | None:
+        """The chooser's best set in ``free``, its (pace, health, risk) and score (cost per
+        unit of work) when it knows them."""
         if isinstance(self.chooser, RwgpPlacement):
             options = self.chooser.candidates(job, free.tolist(), snapshot)
             if not options:
                 return None
             best: CandidateFeatures = min(options, key=lambda c: c.score)
             pace = best.pace / self.tables(snapshot.cluster).raw_speed_max
-            return best.placement, [pace, best.mean, best.std]
+            return best.placement, [pace, best.mean, best.std], best.score
         placement = self.chooser.place(job, free.tolist(), snapshot)
-        return None if placement is None else (placement, [])
+        return None if placement is None else (placement, [], None)
 
     def _row(
         self, placement: Placement, known: list[float], free: IntArray, tables: _ClusterTables

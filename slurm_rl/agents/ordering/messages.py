@@ -44,10 +44,12 @@ _COST = CANDIDATE_FEATURES.index("cost_per_work")
 
 @dataclass(frozen=True)
 class PaddedCandidates:
-    """Candidates of each distinct shape, padded: ``features`` [S, C, F], ``present`` [S, C]."""
+    """Candidates of each distinct shape, padded: ``features`` [S, C, F], ``present`` and the
+    chooser's ``log_cost`` [S, C]."""
 
     features: FloatArray
     present: BoolArray
+    log_cost: FloatArray
 
 
 def pad_candidates(generator: CandidateGenerator, encoded: Encoded) -> PaddedCandidates:
@@ -57,10 +59,12 @@ def pad_candidates(generator: CandidateGenerator, encoded: Encoded) -> PaddedCan
     width = max([len(s) for s in sets], default=0)
     features = np.zeros((len(sets), max(width, 1), len(CANDIDATE_FEATURES)))
     present = np.zeros((len(sets), max(width, 1)), dtype=bool)
+    log_cost = np.zeros((len(sets), max(width, 1)))
     for s, found in enumerate(sets):
         features[s, : len(found)] = found.features
         present[s, : len(found)] = True
-    return PaddedCandidates(features, present)
+        log_cost[s, : len(found)] = found.log_cost
+    return PaddedCandidates(features, present, log_cost)
 
 
 class Messenger:
@@ -102,6 +106,7 @@ class Messenger:
                 torch.from_numpy(padded.features).float(),
                 torch.from_numpy(padded.present),
                 torch.from_numpy(encoded.groups.shape_of),
+                torch.from_numpy(padded.log_cost).float(),
             )
             logits = torch.nan_to_num(logits, neginf=-1e30)
             return logits.argmax(dim=1).numpy().astype(np.int64)

@@ -28,12 +28,15 @@ the policy is :math:`\mathrm{softmax}_k(l_{jk})` over the candidates present. Ca
 depend only on a job's request shape, so :math:`b` is computed once per shape for a whole
 queue.
 
-The first term is a *prior*: the candidates' predicted pace (the RWGP's risk-adjusted speed
-of the set, relative to the fastest type) at sharpness :math:`β_0` (``pace_sharpness``). With
-:math:`β_0 > 0` the last layer of the candidate tower starts at zero, so a new head starts
-as the chooser's own rule — the fastest predicted set — and learning moves it only where that
-pays (a residual). Bundles trained before the prior existed have :math:`β_0 = 0` and keep
-their plain two-tower logits.
+The first term is a *prior* at sharpness :math:`β_0` (``pace_sharpness``): with ``prior =
+"pace"`` the candidates' predicted pace (the RWGP's risk-adjusted speed of the set, relative
+to the fastest type), so a new head starts as fastest-predicted-set first; with ``prior =
+"cost"`` it is :math:`-β_0 \log c_k`, :math:`c_k` the chooser's own cost per unit of the job's
+work (the RWGP's score :math:`(1 + λ g\,\mathrm{price})/\mathrm{pace}`, which also prices the
+fees), so a new head starts as the chooser's rule over GPU types. With :math:`β_0 > 0` the last
+layer of the candidate tower starts at zero, and learning moves the head only where that pays
+(a residual). Bundles trained before the prior existed have :math:`β_0 = 0` and keep their
+plain two-tower logits.
 
 **Critic** (centralised, as in MAPPO: it sees what both actors see):
 :math:`V = \mathrm{mlp}([\text{mean}_j e_j, \max_j e_j, ψ'(u)])` with
@@ -47,7 +50,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor, nn
 
-PACE_COLUMN = 0  # "pace" in candidates.CANDIDATE_FEATURES (checked there)
+PACE_COLUMN = 0  # "pace" in candidates.CANDIDATE_FEATURES (tests check it)
+PRIORS = ("pace", "cost")
 _MIN_PRIOR_PACE = 0.01
 
 
@@ -58,9 +62,10 @@ class NetworkConfig:
     message_features: int
     candidate_features: int
     hidden: int = 64
-    pace_sharpness: float = 0.0  # β_0 of the placement head's pace prior (0: no prior)
+    pace_sharpness: float = 0.0  # β_0 of the placement head's prior (0: no prior)
+    prior: str = "pace"  # "pace": β_0 log pace; "cost": −β_0 log (the chooser's cost)
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, float | str]:
         return asdict(self)
 
 
@@ -139,18 +144,23 @@ class PlacementHead(nn.Module):
         self.candidate = mlp(config.candidate_features + config.cluster_features, h, h + 1)
         self.scale = h**-0.5
         self.pace_sharpness = config.pace_sharpness
+        if config.prior not in PRIORS:
+            raise ValueError(f"unknown placement prior {config.prior!r}; known: {PRIORS}")
+        self.prior_kind = config.prior
         if self.pace_sharpness > 0:  # start as the prior alone: the towers learn a residual
             last = self.candidate[-1]
             assert isinstance(last, nn.Linear)
             nn.init.zeros_(last.weight)
             nn.init.zeros_(last.bias)
 
-    def forward(self, job: Tensor, candidates: Tensor, cluster: Tensor, present: Tensor) -> Tensor:
-        """``job`` [M, Fj], ``candidates`` [M, C, Fc], ``cluster`` [M, Fu], ``present`` [M, C]
-        -> logits [M, C], ``-inf`` where no candidate is present."""
+    def forward(self, job: Tensor, candidates: Tensor, cluster: Tensor, present: Tensor,
+                log_cost: Tensor | None = None) -> Tensor:
+        """``job`` [M, Fj], ``candidates`` [M, C, Fc], ``cluster`` [M, Fu], ``present`` [M, C],
+        ``log_cost`` [M, C] (needed by the cost prior) -> logits [M, C], ``-inf`` where no
+        candidate is present."""
         a = self.job(torch.cat([job, cluster], dim=-1))
         b = self.embed_candidates(candidates, cluster)
-        return self._combine(a, b, present) + self.prior(candidates)
+        return self._combine(a, b, present) + self.prior(candidates, log_cost)
 
     def embed_candidates(self, candidates: Tensor, cluster: Tensor) -> Tensor:
         """[..., C, Fc] with cluster [..., Fu] -> [..., C, h + 1] (the last unit is a bias)."""
@@ -159,17 +169,24 @@ class PlacementHead(nn.Module):
         return out
 
     def by_shape(self, job: Tensor, cluster: Tensor, candidates: Tensor, present: Tensor,
-                 shape_of: Tensor) -> Tensor:
+                 shape_of: Tensor, log_cost: Tensor | None = None) -> Tensor:
         """Logits [n, C] for ``n`` jobs whose candidates are those of their shape:
-        ``candidates`` [S, C, Fc], ``present`` [S, C], ``shape_of`` [n], ``cluster`` [Fu]."""
+        ``candidates`` [S, C, Fc], ``present`` and ``log_cost`` [S, C], ``shape_of`` [n],
+        ``cluster`` [Fu]."""
         a = self.job(torch.cat([job, cluster.expand(len(job), -1)], dim=-1))
         b = self.embed_candidates(candidates, cluster.expand(len(candidates), -1))
-        return self._combine(a, b[shape_of], present[shape_of]) + self.prior(candidates)[shape_of]
+        prior = self.prior(candidates, log_cost)[shape_of]
+        return self._combine(a, b[shape_of], present[shape_of]) + prior
 
-    def prior(self, candidates: Tensor) -> Tensor:
-        """β_0 log pace per candidate (0 without a prior); absent rows are masked anyway."""
+    def prior(self, candidates: Tensor, log_cost: Tensor | None = None) -> Tensor:
+        """The prior per candidate (module docstring; 0 without one); absent rows are masked
+        anyway."""
         if self.pace_sharpness <= 0:
             return candidates.new_zeros(candidates.shape[:-1])
+        if self.prior_kind == "cost":
+            if log_cost is None:
+                raise ValueError("the cost prior needs the candidates' log cost")
+            return -self.pace_sharpness * log_cost
         pace = candidates[..., PACE_COLUMN].clamp(min=_MIN_PRIOR_PACE)
         return self.pace_sharpness * torch.log(pace)
 

@@ -79,14 +79,15 @@ class LearnedPlacement:
         """The index of the candidate to take (of at least two)."""
         row = self.builder.job_row(job, snapshot)
         cluster = self.builder.encode(snapshot).cluster
-        return int(self.logits(row, found.features, cluster).argmax())
+        return int(self.logits(row, found, cluster).argmax())
 
-    def logits(self, row: FloatArray, candidates: FloatArray, cluster: FloatArray) -> Tensor:
+    def logits(self, row: FloatArray, found: CandidateSet, cluster: FloatArray) -> Tensor:
         """The head's logits for one job's candidates."""
         with torch.no_grad():
             return self.head(  # type: ignore[no-any-return]
                 torch.from_numpy(row).float().unsqueeze(0),
-                torch.from_numpy(candidates).float().unsqueeze(0),
+                torch.from_numpy(found.features).float().unsqueeze(0),
                 torch.from_numpy(cluster).float().unsqueeze(0),
-                torch.ones(1, len(candidates), dtype=torch.bool),
+                torch.ones(1, len(found), dtype=torch.bool),
+                torch.from_numpy(found.log_cost).float().unsqueeze(0),
             )[0]
