@@ -56,7 +56,7 @@ _DEFAULT_WINDOWS = {"philly": "2017-12"}
               type=click.FloatRange(min=0.0),
               help="Placement head prior β·log(pace): it starts as fastest-predicted-set "
                    "first and learns a residual (0: no prior).")
-@click.option("--prior", type=click.Choice(PRIORS), default="pace", show_default=True,
+@click.option("--prior", type=click.Choice(PRIORS), default="cost", show_default=True,
               help="The head's prior: the pace, or (cost) the chooser's cost per unit of work, "
                    "which prices fees at the bundle's λ.")
 @click.option("--learning-rate", "learning_rate", default=1e-3, show_default=True,

@@ -79,7 +79,8 @@ class Args:
     # β_0 of the placement head's prior β_0 log pace (network.py): the head starts as the
     # chooser's rule, fastest predicted set first, and learns a residual (0: no prior)
     pace_sharpness: float = 4.0
-    prior: str = "pace"  # "cost": −β_0 log (the chooser's cost per unit of work), fee-aware
+    # "cost": −β_0 log (the chooser's cost per unit of work: fees priced at λ); "pace": β_0 log pace
+    prior: str = "cost"
     max_jobs: int = 128  # candidate set size
     rank_k: int = 16  # ranked prefix that is the ordering action
     # behaviour cloning
