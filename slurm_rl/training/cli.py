@@ -54,8 +54,8 @@ _DEFAULT_WINDOWS = {"philly": "2017-12"}
 @click.option("--hidden", default=64, show_default=True, type=click.IntRange(min=4))
 @click.option("--pace-sharpness", "pace_sharpness", default=4.0, show_default=True,
               type=click.FloatRange(min=0.0),
-              help="Placement head prior β·log(pace): it starts as fastest-predicted-set "
-                   "first and learns a residual (0: no prior).")
+              help="Sharpness β of the placement head's prior: the head starts as its "
+                   "chooser's rule and learns a residual (0: no prior).")
 @click.option("--prior", type=click.Choice(PRIORS), default="cost", show_default=True,
               help="The head's prior: the pace, or (cost) the chooser's cost per unit of work, "
                    "which prices fees at the bundle's λ.")

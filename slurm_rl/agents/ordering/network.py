@@ -23,20 +23,21 @@ ablation.
 **Placement head.** For a job with candidates :math:`k = 1..C` (one node set per GPU type,
 :mod:`.candidates`) with features :math:`y_k`, a two-tower form:
 :math:`a_j = \mathrm{mlp}_a([x_j, u])`, :math:`[b_k, β_k] = \mathrm{mlp}_b([y_k, u])`,
-logits :math:`l_{jk} = β_0 \log \mathrm{pace}_k + \langle a_j, b_k\rangle / \sqrt{h} + β_k`;
+logits :math:`l_{jk} = π_k + \langle a_j, b_k\rangle / \sqrt{h} + β_k`;
 the policy is :math:`\mathrm{softmax}_k(l_{jk})` over the candidates present. Candidates
 depend only on a job's request shape, so :math:`b` is computed once per shape for a whole
 queue.
 
-The first term is a *prior* at sharpness :math:`β_0` (``pace_sharpness``): with ``prior =
-"pace"`` the candidates' predicted pace (the RWGP's risk-adjusted speed of the set, relative
-to the fastest type), so a new head starts as fastest-predicted-set first; with ``prior =
-"cost"`` it is :math:`-β_0 \log c_k`, :math:`c_k` the chooser's own cost per unit of the job's
-work (the RWGP's score :math:`(1 + λ g\,\mathrm{price})/\mathrm{pace}`, which also prices the
-fees), so a new head starts as the chooser's rule over GPU types. With :math:`β_0 > 0` the last
-layer of the candidate tower starts at zero, and learning moves the head only where that pays
-(a residual). Bundles trained before the prior existed have :math:`β_0 = 0` and keep their
-plain two-tower logits.
+The first term :math:`π_k` is a *prior* at sharpness :math:`β_0` (``pace_sharpness``, the name
+it had when the pace was the only prior): with ``prior = "pace"`` it is :math:`β_0 \log
+\mathrm{pace}_k`, the candidates' predicted pace (the RWGP's risk-adjusted speed of the set,
+relative to the fastest type), so a new head starts as fastest-predicted-set first; with
+``prior = "cost"`` it is :math:`-β_0 \log c_k`, :math:`c_k` the chooser's own cost per unit of
+the job's work (the RWGP's score :math:`(1 + λ g\,\mathrm{price})/\mathrm{pace}`, which also
+prices the fees), so a new head starts as the chooser's rule over GPU types. With :math:`β_0 >
+0` the last layer of the candidate tower starts at zero, and learning moves the head only where
+that pays (a residual). Bundles trained before the prior existed have :math:`β_0 = 0` and keep
+their plain two-tower logits.
 
 **Critic** (centralised, as in MAPPO: it sees what both actors see):
 :math:`V = \mathrm{mlp}([\text{mean}_j e_j, \max_j e_j, ψ'(u)])` with
