@@ -3,12 +3,15 @@ the actors did; reproducible from the seed; the held-out month is refused."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 
 from slurm_rl.agents.ordering.agent import network_config
 from slurm_rl.agents.ordering.network import DualNetwork
+from slurm_rl.core import Cluster
 from slurm_rl.errors import InputError
 from slurm_rl.traces import parse_window, synthetic_philly
 from slurm_rl.training.batch import collate_placements, collate_steps
@@ -16,7 +19,7 @@ from slurm_rl.training.episodes import EpisodeSampler, check_not_held_out
 from slurm_rl.training.objectives import plackett_luce_logp
 from slurm_rl.training.rewards import mean_price, pending_integrals
 from slurm_rl.training.rollout import Episode, EpisodeSpec, RolloutConfig, run_episode
-from tests.sim_doubles import job, simulation
+from tests.sim_doubles import job, simulation, small_cluster
 
 SPEED = {"A100": 2.0, "V100": 1.0}
 SPEC = EpisodeSpec(warmup_start=0.0, start=3000.0, end=9000.0, seed=7)
@@ -28,11 +31,12 @@ def jobs() -> list:
                 float(rng.lognormal(7, 1)), partition=f"vc{i % 3}") for i in range(80)]
 
 
-def episode(mode: str = "sample", reward: str = "job", seed: int = 0) -> tuple[Episode, list]:
+def episode(mode: str = "sample", reward: str = "job", seed: int = 0, prior: str = "pace",
+            chooser: str = "best-fit", cluster: Cluster | None = None) -> tuple[Episode, list]:
     torch.manual_seed(seed)
-    network = DualNetwork(network_config(16))
-    sim = simulation(jobs(), mode="slurm", cycle_s=10.0)
-    config = RolloutConfig(fee_weight=0.1, chooser="best-fit", mode=mode,  # type: ignore[arg-type]
+    network = DualNetwork(network_config(16, 4.0 if prior == "cost" else 0.0, prior))
+    sim = simulation(jobs(), mode="slurm", cycle_s=10.0, cluster=cluster)
+    config = RolloutConfig(fee_weight=0.1, chooser=chooser, mode=mode,  # type: ignore[arg-type]
                            max_jobs=8, rank_k=4, reward=reward)  # type: ignore[arg-type]
     return run_episode(network, sim, SPEED, config, SPEC), [network, sim]
 
@@ -88,6 +92,17 @@ def test_teacher_mode_follows_the_teacher() -> None:
     for step in result.steps:
         for p in step.placements:
             assert p.choice == int(np.argmax(p.candidates[:, 0]))  # the fastest candidate
+
+
+def test_a_cost_prior_head_clones_the_cheapest_candidate_per_unit_of_work() -> None:
+    # A100s twice as fast at ten times V100's price: work is cheaper on V100s at λ = 0.1
+    pricey = Cluster("pricey", tuple(replace(n, price_per_gpu_hour=20.0) if n.gpu_type == "A100"
+                                     else n for n in small_cluster().nodes))
+    result, _ = episode(mode="teacher", prior="cost", chooser="rwgp-excluding", cluster=pricey)
+    placements = [p for step in result.steps for p in step.placements]
+    assert all(p.choice == int(np.argmin(p.log_cost)) for p in placements)
+    # fees make a difference here: some cheapest candidate is not the fastest
+    assert any(p.choice != int(np.argmax(p.candidates[:, 0])) for p in placements)
 
 
 def test_time_rewards_are_the_cost_accrued_between_decisions() -> None:

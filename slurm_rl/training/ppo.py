@@ -19,7 +19,9 @@ start, the PPO loop, the bundle. docs/training.md explains the method; in short:
       \mathrm{clip}(ρ_p) A)] + c_v \mathbb{E}[(V - \hat R)^2] - c_e (H_o + H_p)
 
 * **Warm start.** Before PPO, both actors clone a realisable teacher (QSSF-like ranking by
-  predicted GPU-hours from the observed history; the fastest candidate) by maximum likelihood,
+  predicted GPU-hours from the observed history; the best candidate under the placement
+  head's prior: the cheapest per unit of work under the cost prior, else the fastest) by
+  maximum likelihood,
   and the critic fits the teacher's returns.
 
 Episodes are windows of the training trace (Philly October–November by default; September is

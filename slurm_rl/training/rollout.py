@@ -19,8 +19,9 @@ The placement head then samples one candidate per job that gets GPUs, walking th
 the project's :class:`~slurm_rl.scheduler.Scheduler` does (greedy walk).
 
 Modes: ``sample`` (training), ``greedy`` (argmax everywhere) and ``teacher`` (the ranking by
-predicted GPU-hours as QSSF, the fastest candidate as fastest-GPU-first: the behaviour-cloning
-targets).
+predicted GPU-hours as QSSF; the placement the best candidate under the head's prior — the
+cheapest per unit of work under the cost prior, else the fastest as fastest-GPU-first: the
+behaviour-cloning targets).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from numpy.typing import NDArray
 from slurm_rl.agents.ordering.agent import Observation, OrderingAgent, make_chooser, masked_scores
 from slurm_rl.agents.ordering.candidates import CANDIDATE_FEATURES, CandidateGenerator, CandidateSet
 from slurm_rl.agents.ordering.features import JOB_FEATURES, FeatureBuilder, FloatArray
-from slurm_rl.agents.ordering.network import DualNetwork
+from slurm_rl.agents.ordering.network import DualNetwork, PlacementHead
 from slurm_rl.agents.ordering.placement import LearnedPlacement
 from slurm_rl.agents.ordering_baselines import Qssf
 from slurm_rl.agents.placement_baselines import FastestGpuFirst
@@ -132,13 +133,22 @@ class TrainingPlacement(LearnedPlacement):
         if self.mode == "greedy":
             return int(logp.argmax())
         if self.mode == "teacher":
-            choice = int(np.argmax(found.features[:, _PACE]))
+            choice = teacher_choice(self.head, found)
         else:
             choice = int(torch.multinomial(logp.exp(), 1, generator=self.rng))
         self.steps.append(PlacementStep(row.astype(np.float32), found.features.astype(np.float32),
                                         cluster.astype(np.float32), choice, float(logp[choice]),
                                         found.log_cost.astype(np.float32)))
         return choice
+
+
+def teacher_choice(head: PlacementHead, found: CandidateSet) -> int:
+    """The placement the warm start clones: the best candidate under the head's prior when it
+    has one (the cost prior's cheapest per unit of work, so cloning sharpens the prior rather
+    than pulling a fee-aware head back to the fastest GPUs), else the fastest candidate."""
+    if head.pace_sharpness > 0 and head.prior_kind == "cost":
+        return int(np.argmin(found.log_cost))
+    return int(np.argmax(found.features[:, _PACE]))
 
 
 def restrict(observation: Observation, rows: NDArray[np.int64]) -> Observation:
