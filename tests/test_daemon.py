@@ -534,6 +534,9 @@ def test_jobs_squeue_forgot_get_their_outcome_from_jobcomp(tmp_path: Path) -> No
     runner = _cluster()
     config = _config(tmp_path, jobcomp_path=log)
     daemon = Daemon(lambda: config, runner=runner, clock=Clock())
+    # The recording pinned this job as the daemon pins one: this daemon's own pin, so the job
+    # is pending for it (a pin it did not set would set the job aside).
+    daemon.parts.source.pins.remember(ROLES["pending_pinned"], "v100-03")
     assert daemon.run_once().ok  # the daemon sees the pending jobs; old log lines are skipped
     assert daemon.store.outcome_for("slurm", ROLES["pending_prio"]) is None
     seen, unseen = ROLES["pending_prio"], "4242"

@@ -206,8 +206,8 @@ def test_the_daemon_recalls_its_exclusions_from_its_store(tmp_path: Path) -> Non
 def test_a_daemon_reload_keeps_what_its_actuator_set(tmp_path: Path) -> None:
     daemon = _daemon(tmp_path, _excluding_cluster(""))()
     try:
-        daemon.parts.actuator._excluded_by_us[PRIO] = frozenset({"a100-01"})
+        daemon.parts.actuator.exclusions.remember(PRIO, "a100-01")
         assert daemon.reload()
-        assert daemon.parts.actuator._excluded_by_us == {PRIO: frozenset({"a100-01"})}
+        assert dict(daemon.parts.actuator.exclusions.values) == {PRIO: frozenset({"a100-01"})}
     finally:
         daemon.close(retire=False)

@@ -21,6 +21,7 @@ from slurm_rl.slurm.errors import (
     SlurmUnavailableError,
 )
 from slurm_rl.slurm.gres import GpuCount, GresFormatError, gpu_counts, single_request, total_gpus
+from slurm_rl.slurm.ownership import Ledger, pin_ledger
 from slurm_rl.slurm.parse import parse_jobs, parse_nodes
 from slurm_rl.slurm.scontrol import parse_jobs_text, parse_nodes_text, parse_pairs
 from slurm_rl.slurm.source import SlurmSource, SourceConfig
@@ -111,9 +112,19 @@ def test_2205_sinfo_states_and_gres() -> None:
     assert nodes["v100-02"].usable and nodes["v100-02"].partitions == ("gpu",)
 
 
+def _recorded_pins(version: str) -> Ledger:
+    """The recordings' pins, set as the daemon sets them (record_22_05.py): this source's
+    own, so the pinned pending job is in the snapshot (a user's: tests/test_slurm_nodelist.py)."""
+    pins = pin_ledger()
+    for job in parse_jobs(fixture_text(version, "squeue.json")).jobs:
+        pins.remember(job.job_id, ",".join(job.required_nodes))
+    return pins
+
+
 def _snapshot(version: str, config: SourceConfig | None = None) -> SlurmSource:
     client = CliSlurmClient(runner=recorded_cluster(version))
-    return SlurmSource(client, config, clock=lambda: 1_800_000_000.0)
+    return SlurmSource(client, config, clock=lambda: 1_800_000_000.0,
+                       pins=_recorded_pins(version))
 
 
 def test_2205_snapshot() -> None:

@@ -45,11 +45,14 @@ Queued = tuple[str, str, FinishedJob]  # cluster, source, job
 def action_record(outcome: JobOutcome, why: Mapping[str, Any] | None = None) -> ActionRecord:
     """One actuator outcome as a store row: the action, the argv, Slurm's answer, and in
     ``details`` the values before the change (for revert), why part of the decision was not
-    applied (``note``) and the policy's reasons."""
+    applied (``note``), the further calls Slurm accepted (``then``: a move's pin, which a
+    restarted daemon reads back, slurm_rl/store/exclusions.py) and the policy's reasons."""
     answer = f"{outcome.error_kind}: {outcome.error}" if outcome.error else None
     details: dict[str, Any] = {"before": dict(outcome.before)} if outcome.before else {}
     if outcome.note:
         details["note"] = outcome.note
+    if outcome.then:
+        details["then"] = [list(argv) for argv in outcome.then]
     return ActionRecord(
         job_id=outcome.job_id,
         action=outcome.kind,

@@ -43,17 +43,20 @@ from slurm_rl.ops.metrics import DaemonMetrics, error_kind, model_version
 from slurm_rl.retrain.follow import ModelFollower
 from slurm_rl.retrain.schedule import RetrainSchedule, start_schedule
 from slurm_rl.slurm import deferral
-from slurm_rl.slurm.actuator import ActuatorConfig, Mode, Recall, SlurmActuator
+from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
 from slurm_rl.slurm.client import CliSlurmClient
+from slurm_rl.slurm.ownership import Recall, pin_ledger
 from slurm_rl.slurm.proc import Runner, make_runner
 from slurm_rl.slurm.source import SlurmSource, SourceConfig
-from slurm_rl.store.exclusions import last_exclusions
+from slurm_rl.store.exclusions import last_exclusions, last_pins
 from slurm_rl.store.repository import Store
 
 log = logging.getLogger("slurm_rl.daemon")
 
 ConfigLoader = Callable[[], DaemonConfig]
 HeartbeatFactory = Callable[[DaemonConfig], Heartbeat]
+# What the daemon last set on jobs, from its store (slurm_rl/store/exclusions.py).
+LastValues = Callable[[Store, str, Sequence[str]], dict[str, str]]
 
 
 class DaemonError(SlurmRLError):
@@ -208,7 +211,9 @@ class Daemon:
         source_config = SourceConfig(
             config.partitions, config.cluster_name, dict(config.price_per_gpu_hour)
         )
-        source = SlurmSource(client, source_config, clock=self._clock)
+        # One ledger of the daemon's own pins, which the source and the actuator share.
+        source = SlurmSource(client, source_config, clock=self._clock, pins=pin_ledger())
+        source.pins.recall = self._recall_for(source, last_pins, "pins")
         actuator_config = ActuatorConfig(
             mode=Mode(config.actuator_mode),
             defer_extension_s=config.defer_extension_s,
@@ -217,7 +222,8 @@ class Daemon:
             max_migrations=config.max_migrations_per_cycle,
         )
         actuator = SlurmActuator(client, actuator_config, source=source, clock=self._clock,
-                                 recall=self._recall_for(source))
+                                 recall=self._recall_for(source, last_exclusions, "exclusions"),
+                                 pins=source.pins)
         heartbeat = self._heartbeat_factory(config)
         version = model_version(config.policy, config.policy_bundle, is_learned(config.policy))
         accounting = AccountingReader(
@@ -226,18 +232,19 @@ class Daemon:
         ) if config.accounting_outcomes else None
         return Parts(config, source, scheduler, actuator, heartbeat, version, accounting)
 
-    def _recall_for(self, source: SlurmSource) -> Recall:
-        """What the actuator set before a restart, from the store it records to (see
-        slurm_rl/store/exclusions.py); None, and asked again next cycle, if it cannot say."""
+    def _recall_for(self, source: SlurmSource, read: LastValues, what: str) -> Recall:
+        """What the daemon set before a restart (its ``what``), from the store it records to
+        (see slurm_rl/store/exclusions.py); None, and asked again next cycle, if it cannot
+        say. ``self.store`` is read at each call: a reload may have opened another."""
 
         def recall(job_ids: Sequence[str]) -> dict[str, str] | None:
             state = source.last_state
             if state is None:
                 return None
             try:
-                return last_exclusions(self.store, source.cluster_name(state), job_ids)
+                return read(self.store, source.cluster_name(state), job_ids)
             except SQLAlchemyError as exc:
-                log.warning("cannot read the daemon's earlier exclusions from the store: %s",
+                log.warning("cannot read the daemon's earlier %s from the store: %s", what,
                             one_line(exc))
                 return None
 

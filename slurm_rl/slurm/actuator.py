@@ -4,8 +4,9 @@
 * ``advise`` orders only: released jobs get ``Priority`` descending along the ranking, and a
   deferral the job_submit plugin set is released with ``StartTime=now``.
 * ``enforce`` orders and places: a released job with a placement also gets
-  ``ReqNodeList=<exactly its nodes> NumNodes=N-N``, one without a placement gets the
-  decision's exclusion as ``ExcNodeList`` (under the safety rules of
+  ``ReqNodeList=<exactly its nodes> NumNodes=N-N`` (never over a ``ReqNodeList`` slurm-rl
+  did not set: a user's ``--nodelist``, :mod:`slurm_rl.slurm.ownership`), one without a
+  placement gets the decision's exclusion as ``ExcNodeList`` (under the safety rules of
   :mod:`slurm_rl.slurm.exclusion`: never a user's own, never one that strands the job); a
   held job's deferral is extended to ``now + extension`` but never past ``submit + cap``,
   after which Slurm decides. With ``migrate`` on, the decision's migrations of running jobs
@@ -32,19 +33,23 @@ from ClusterShell.NodeSet import NodeSet
 from slurm_rl.core import Decision, Placement
 from slurm_rl.slurm.client import SlurmClient, update_argv
 from slurm_rl.slurm.deferral import deferred_until
-from slurm_rl.slurm.exclusion import EXC, node_set, plan_exclusion, stale_exclusions
+from slurm_rl.slurm.exclusion import plan_exclusion, stale_exclusions
 from slurm_rl.slurm.migration import RELEASE, Move, Refusal, plan_moves, release_when_pending
+from slurm_rl.slurm.ownership import (
+    EXC,
+    PIN,
+    Ledger,
+    Recall,
+    exclusion_ledger,
+    fold,
+    pin_ledger,
+)
 from slurm_rl.slurm.priority import assign_priorities
 from slurm_rl.slurm.proc import CommandResult, is_unreachable
-from slurm_rl.slurm.records import SlurmJob
-from slurm_rl.slurm.source import SlurmSource, SlurmState, numeric_id
+from slurm_rl.slurm.records import SlurmJob, numeric_id
+from slurm_rl.slurm.source import SlurmSource, SlurmState
 
 log = logging.getLogger(__name__)
-
-# Asked, for jobs showing an ExcNodeList this actuator does not know, what it last set on
-# each of them before (the daemon's audit trail): job id -> value ("" for a clear); None
-# when that cannot be told now (asked again next time).
-Recall = Callable[[Sequence[str]], Mapping[str, str] | None]
 
 _FOR_JOB = re.compile(r"^(?P<message>.*?)\s+for job (?P<job>\d+(?:_\d+)?)\s*$")
 
@@ -92,7 +97,9 @@ class JobOutcome:
     not_pending (ranked but no longer pending); not_running, not_movable, over_cap (a move
     refused).
     ``error_kind``: vanished, permission, rejected, timeout, unreachable. ``note``: why part
-    of the decision was not applied (e.g. a user's own ``--exclude`` left alone).
+    of the decision was not applied (e.g. a user's own ``--exclude`` left alone). ``then``:
+    the further calls Slurm accepted for the job in the same action (a move's pin and
+    release), for the audit trail.
     """
 
     job_id: str
@@ -105,6 +112,7 @@ class JobOutcome:
     # What Slurm showed for each field the call changes, before it (for ``slurm-rl revert``).
     before: tuple[tuple[str, str], ...] = ()
     note: str = ""
+    then: tuple[tuple[str, ...], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -136,10 +144,23 @@ def is_ours_to_release(job: SlurmJob, deferred_by_us: set[str]) -> bool:
     return deferred_until(job.admin_comment) is not None or job.job_id in deferred_by_us
 
 
+def _users_pin(
+    job: SlurmJob, placement: Placement | None, mine: frozenset[str] | None
+) -> tuple[Placement | None, str]:
+    """The placement, or None with a note when it would overwrite a ``ReqNodeList`` slurm-rl
+    did not set (a user's ``--nodelist``). The snapshot sets such jobs aside, so only a
+    decision made on other data gets here."""
+    current = frozenset(job.required_nodes)
+    if placement is None or not current or current in (mine, frozenset(placement.nodes)):
+        return placement, ""
+    return None, (f"placement on {fold(placement.nodes)} dropped: its "
+                  f"--nodelist={fold(current)} is the user's")
+
+
 def _placement_fields(job: SlurmJob, placement: Placement | None) -> dict[str, str]:
     fields: dict[str, str] = {}
     if placement is not None and set(job.required_nodes) != set(placement.nodes):
-        fields["ReqNodeList"] = str(NodeSet.fromlist(placement.nodes))
+        fields[PIN] = str(NodeSet.fromlist(placement.nodes))
         count = placement.num_nodes
         fields["NumNodes"] = f"{count}-{count}"
     return fields
@@ -157,7 +178,7 @@ def _release_fields(
 
 
 def _release_kind(fields: Mapping[str, str]) -> str:
-    if "ReqNodeList" in fields:
+    if PIN in fields:
         return "place"
     if fields.get(EXC):
         return "exclude"
@@ -187,6 +208,7 @@ class _Memory:
 
     deferred: set[str]
     excluded: Mapping[str, frozenset[str]]
+    pinned: Mapping[str, frozenset[str]]
 
 
 def _merge(updates: Sequence[Update]) -> list[Update]:
@@ -203,10 +225,13 @@ def plan(
     config: ActuatorConfig,
     deferred_by_us: set[str],
     excluded_by_us: Mapping[str, frozenset[str]] | None = None,
+    pinned_by_us: Mapping[str, frozenset[str]] | None = None,
 ) -> _Plan:
-    """What to send for ``decision`` given what Slurm shows now (no side effects)."""
+    """What to send for ``decision`` given what Slurm shows now (no side effects). The
+    ``ExcNodeList`` and ``ReqNodeList`` values slurm-rl set are ``excluded_by_us`` and
+    ``pinned_by_us``; any other non-empty value is someone else's and never changed."""
     placing = config.mode in (Mode.ENFORCE, Mode.SHADOW)
-    memory = _Memory(deferred_by_us, excluded_by_us or {})
+    memory = _Memory(deferred_by_us, excluded_by_us or {}, pinned_by_us or {})
     pending = {j.job_id: j for j in state.managed.values() if j.is_pending}
     planned = _Plan([], {
         job_id: JobOutcome(job_id, "not_pending")
@@ -239,9 +264,12 @@ def _placing_fields(
     """Per released job, the placement and ExcNodeList fields (enforce and shadow only)."""
     out: dict[str, dict[str, str]] = {}
     for job in ranked:
+        placement, pin_note = _users_pin(
+            job, decision.placements.get(job.job_id), memory.pinned.get(job.job_id)
+        )
         step = plan_exclusion(
             job,
-            decision.placements.get(job.job_id),
+            placement,
             decision.exclusions.get(job.job_id, ()),
             memory.excluded.get(job.job_id),
             state.nodes.nodes,
@@ -249,8 +277,9 @@ def _placing_fields(
         fields = _placement_fields(job, step.placement)
         fields.update(step.fields)
         out[job.job_id] = fields
-        if step.note:
-            notes[job.job_id] = step.note
+        note = "; ".join(n for n in (pin_note, step.note) if n)
+        if note:
+            notes[job.job_id] = note
     return out
 
 
@@ -355,8 +384,12 @@ class SlurmActuator:
     """Applies decisions to Slurm through a :class:`SlurmClient`.
 
     It reads job details from ``source.last_state`` (the state the decision was made on)
-    or, without a source, asks the client itself. ``recall`` (the daemon's audit trail)
-    tells it which exclusions it set before a restart: see :meth:`_recall_exclusions`.
+    or, without a source, asks the client itself. It changes or clears only the
+    ``ExcNodeList`` and ``ReqNodeList`` values it set itself, kept in two ledgers
+    (:mod:`slurm_rl.slurm.ownership`): :attr:`exclusions`, whose ``recall`` (the daemon's
+    audit trail) tells it which exclusions it set before a restart, and :attr:`pins`,
+    shared with the source (``pins``, by default ``source.pins``) so that the snapshot sets
+    aside the pending jobs someone else pinned.
     """
 
     def __init__(
@@ -366,17 +399,17 @@ class SlurmActuator:
         source: SlurmSource | None = None,
         clock: Callable[[], float] = time.time,
         recall: Recall | None = None,
+        pins: Ledger | None = None,
     ) -> None:
         self.client = client
         self.config = config or ActuatorConfig()
         self.source = source
         self.clock = clock
-        self.recall = recall
         self._deferred_by_us: set[str] = set()
-        # The ExcNodeList this actuator last set, by job; only these it may change or clear.
-        self._excluded_by_us: dict[str, frozenset[str]] = {}
-        # Jobs whose unknown ExcNodeList ``recall`` was asked about (not asked again).
-        self._recalled: set[str] = set()
+        self.exclusions = exclusion_ledger(recall)
+        if pins is None:
+            pins = source.pins if source is not None else pin_ledger()
+        self.pins = pins
         # Jobs requeued to move that were still completing when last looked at.
         self._restarting: set[str] = set()
 
@@ -384,12 +417,23 @@ class SlurmActuator:
     def mode(self) -> Mode:
         return self.config.mode
 
+    @property
+    def recall(self) -> Recall | None:
+        """Where the exclusions this daemon set before a restart are looked up."""
+        return self.exclusions.recall
+
+    @recall.setter
+    def recall(self, recall: Recall | None) -> None:
+        self.exclusions.recall = recall
+
     def apply(self, decision: Decision, state: SlurmState | None = None) -> ActuationReport:
         state = state or self._current_state()
         self._deferred_by_us &= set(state.managed)
-        self._forget_exclusions(state)
-        self._recall_exclusions(state)
-        planned = plan(decision, state, self.config, self._deferred_by_us, self._excluded_by_us)
+        # advise never sets an exclusion, so it need not know which ones are its own
+        self.exclusions.sync(state.managed, ask=self.mode is not Mode.ADVISE)
+        self.pins.sync(state.managed)
+        planned = plan(decision, state, self.config, self._deferred_by_us,
+                       self.exclusions.values, self.pins.values)
         outcomes = dict(planned.outcomes)
         commands: list[CommandResult] = []
         for update in planned.updates:
@@ -412,7 +456,9 @@ class SlurmActuator:
         if not (self.config.migrate and decision.migrations) or self.mode is Mode.ADVISE:
             return
         features = {node.name: node.features for node in state.nodes.nodes}
-        for step in plan_moves(decision, state.job, self.config.max_migrations, features):
+        steps = plan_moves(decision, state.job, self.config.max_migrations, features,
+                           self.pins.values)
+        for step in steps:
             if isinstance(step, Refusal):
                 outcomes[step.job_id] = JobOutcome(step.job_id, step.kind, note=step.note)
             else:
@@ -433,7 +479,11 @@ class SlurmActuator:
                               classify_error(error), note=note)
         pinned = self.client.update_jobs([move.job_id], move.pin)
         commands.append(pinned)
-        if not pinned.ok:  # pending soon, and ours: the next cycle places it
+        then: list[tuple[str, ...]] = []
+        if pinned.ok:
+            self.pins.remember(move.job_id, move.pin[PIN])
+            then.append(update_argv([move.job_id], move.pin))
+        else:  # pending soon, and ours: the next cycle places it
             note += f"; the pin failed ({pinned.stderr.strip() or pinned.returncode})"
         released = release_when_pending(self.client, move.job_id, self.config.restart_wait_s)
         if released is None or not released.ok:
@@ -441,8 +491,9 @@ class SlurmActuator:
             note += "; released on a later cycle"
         else:
             commands.append(released)
+            then.append(update_argv([move.job_id], RELEASE))
         log.info("moved job %s: %s", move.job_id, note)
-        return JobOutcome(move.job_id, "migrate", argv, True, 0, note=note)
+        return JobOutcome(move.job_id, "migrate", argv, True, 0, note=note, then=tuple(then))
 
     def _release_restarted(self, decision: Decision, state: SlurmState,
                            outcomes: dict[str, JobOutcome],
@@ -489,54 +540,22 @@ class SlurmActuator:
             self._deferred_by_us.add(outcome.job_id)
         fields = dict(update.fields)
         if EXC in fields:
-            if fields[EXC]:
-                self._excluded_by_us[outcome.job_id] = node_set(fields[EXC])
-            else:
-                self._excluded_by_us.pop(outcome.job_id, None)
+            self.exclusions.remember(outcome.job_id, fields[EXC])
+        if PIN in fields:
+            self.pins.remember(outcome.job_id, fields[PIN])
 
     def inherit(self, previous: SlurmActuator) -> None:
         """Take over what ``previous`` set (a config reload builds a new actuator)."""
         self._deferred_by_us |= previous._deferred_by_us
-        self._excluded_by_us.update(previous._excluded_by_us)
-        self._recalled |= previous._recalled
-
-    def _recall_exclusions(self, state: SlurmState) -> None:
-        """Adopt the exclusions of pending jobs that ``recall`` says this daemon set last and
-        that Slurm still shows exactly (a restart lost them from memory). Each job is asked
-        about once; what the store does not vouch for stays the user's."""
-        self._recalled &= set(state.managed)
-        if self.recall is None or self.mode is Mode.ADVISE:
-            return
-        unknown = {
-            job.job_id: frozenset(job.excluded_nodes) for job in state.managed.values()
-            if job.is_pending and job.excluded_nodes
-            and job.job_id not in self._excluded_by_us and job.job_id not in self._recalled
-        }
-        if not unknown:
-            return
-        answer = self.recall(sorted(unknown, key=numeric_id))
-        if answer is None:
-            return
-        self._recalled |= set(unknown)
-        for job_id, value in answer.items():
-            nodes = node_set(value)
-            if nodes and unknown.get(job_id) == nodes:
-                self._excluded_by_us[job_id] = nodes
-                log.info("job %s: ExcNodeList=%s is slurm-rl's own (audit trail)", job_id, value)
-
-    def _forget_exclusions(self, state: SlurmState) -> None:
-        """Drop jobs that left, and exclusions someone else has changed since (now theirs)."""
-        for job_id, nodes in list(self._excluded_by_us.items()):
-            job = state.job(job_id)
-            if job is None or (job.excluded_nodes and frozenset(job.excluded_nodes) != nodes):
-                del self._excluded_by_us[job_id]
+        self.exclusions.inherit(previous.exclusions)
+        self.pins.inherit(previous.pins)
 
 
 def before_values(job: SlurmJob, fields: Sequence[str]) -> tuple[tuple[str, str], ...]:
     """The job's current value of each field an update changes, as scontrol would take it
     back (an empty string: the field was not set). StartTime is a Unix time."""
     current = {
-        "ReqNodeList": ",".join(job.required_nodes),
+        PIN: ",".join(job.required_nodes),
         "NumNodes": str(job.node_count) if job.node_count else "",
         "Priority": str(job.priority) if job.priority is not None else "",
         "StartTime": f"{job.eligible_time:.0f}" if job.eligible_time else "",

@@ -5,9 +5,9 @@ actuator applies them (``enforce``; planned only in ``shadow``; never in ``advis
 these rules, each checked against what Slurm shows now:
 
 * **Only its own.** It sets, changes or clears ``ExcNodeList`` only on a job whose list is
-  empty or exactly what this actuator last set (kept in memory; a restarted daemon recalls
-  it from its audit trail, slurm_rl/store/exclusions.py). A user's own ``--exclude`` is
-  never overwritten or cleared; the outcome carries a note saying so.
+  empty or exactly what this actuator last set (its ledger, slurm_rl/slurm/ownership.py; a
+  restarted daemon recalls it from its audit trail, slurm_rl/store/exclusions.py). A user's
+  own ``--exclude`` is never overwritten or cleared; the outcome carries a note saying so.
 * **Cleared when no longer wanted**: the decision no longer excludes nodes for the job, the
   job got a placement (Slurm 22.05.8 accepts ``ReqNodeList`` intersecting ``ExcNodeList``
   but then keeps the job pending with ``BadConstraints`` for good, so the clear goes in the
@@ -28,26 +28,13 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ClusterShell.NodeSet import NodeSet
-
 from slurm_rl.core import Placement
 from slurm_rl.slurm.gres import gpu_counts
+from slurm_rl.slurm.ownership import EXC, fold
 from slurm_rl.slurm.records import SlurmJob, SlurmNode
 from slurm_rl.slurm.source import in_partitions, to_core_job
 
 log = logging.getLogger(__name__)
-
-EXC = "ExcNodeList"
-
-
-def fold(nodes: Iterable[str]) -> str:
-    """Node names as one folded Slurm hostlist (``a100-[01-02]``); empty for none."""
-    names = sorted(set(nodes))
-    return str(NodeSet.fromlist(names)) if names else ""
-
-
-def node_set(text: str) -> frozenset[str]:
-    return frozenset(NodeSet(text)) if text else frozenset()
 
 
 def strands(job: SlurmJob, excluded: frozenset[str], nodes: Sequence[SlurmNode]) -> bool:

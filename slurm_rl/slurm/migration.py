@@ -4,14 +4,16 @@ A decision's :attr:`~slurm_rl.core.Decision.migrations` reach Slurm only when th
 them on (``[actuator] migrate = true``) and the actuator enforces (shadow mode logs them), and
 only for jobs that opted in: requeueable (``--requeue``, or ``JobRequeue=1``) and tagged
 ``slurm-rl:checkpoint`` in ``--comment`` — a job that does not save checkpoints would lose all
-its work. Measured on Slurm 22.05.8: ``scontrol requeue`` returns at once; the job shows
-``COMPLETING`` for a moment, then pending (reason ``BeginTime``, eligible two minutes later,
-``Restarts`` counted). A ``ReqNodeList`` set at once survives that, but a ``StartTime=now``
-sent before the job is pending is overwritten by the two minutes. So the actuator pins the job
-at once, waits a few seconds (``restart_wait_s``) for it to be pending and then releases it
-(it starts on its nodes about a second later); one still completing then is released on a
-later cycle. At most ``max_migrations`` jobs move per cycle. A requeue cannot be undone, so
-``slurm-rl revert`` leaves it alone; the audit trail records it as ``migrate``.
+its work — and whose ``ReqNodeList``, if any, slurm-rl set itself: the move's pin would
+replace a user's ``--nodelist`` (slurm_rl/slurm/ownership.py). Measured on Slurm 22.05.8:
+``scontrol requeue`` returns at once; the job shows ``COMPLETING`` for a moment, then pending
+(reason ``BeginTime``, eligible two minutes later, ``Restarts`` counted). A ``ReqNodeList``
+set at once survives that, but a ``StartTime=now`` sent before the job is pending is
+overwritten by the two minutes. So the actuator pins the job at once, waits a few seconds
+(``restart_wait_s``) for it to be pending and then releases it (it starts on its nodes about
+a second later); one still completing then is released on a later cycle. At most
+``max_migrations`` jobs move per cycle. A requeue cannot be undone, so ``slurm-rl revert``
+leaves it alone; the audit trail records it as ``migrate``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from slurm_rl.core import Decision, Placement
 from slurm_rl.slurm.client import SlurmClient
+from slurm_rl.slurm.ownership import PIN, fold
 from slurm_rl.slurm.proc import CommandResult
 from slurm_rl.slurm.records import CHECKPOINT_TAG, PENDING_STATES, SlurmJob
 
@@ -41,7 +44,7 @@ class Move:
     @property
     def pin(self) -> dict[str, str]:
         count = self.placement.num_nodes
-        return {"ReqNodeList": str(NodeSet.fromlist(self.placement.nodes)),
+        return {PIN: str(NodeSet.fromlist(self.placement.nodes)),
                 "NumNodes": f"{count}-{count}"}
 
 
@@ -57,9 +60,12 @@ class Refusal:
 def plan_moves(
     decision: Decision, job: Callable[[str], SlurmJob | None], cap: int,
     node_features: Mapping[str, Sequence[str]] | None = None,
+    pinned_by_us: Mapping[str, frozenset[str]] | None = None,
 ) -> Iterator[Move | Refusal]:
-    """The decision's migrations that may be sent (up to ``cap``), and why others may not."""
+    """The decision's migrations that may be sent (up to ``cap``), and why others may not.
+    ``pinned_by_us``: the ``ReqNodeList`` slurm-rl set, by job (any other is a user's)."""
     sent = 0
+    pins = pinned_by_us or {}
     for job_id, placement in decision.migrations.items():
         current = job(job_id)
         if current is None or current.state != "RUNNING":
@@ -67,7 +73,8 @@ def plan_moves(
         elif not current.checkpointable:
             opt_in = f"--requeue and --comment={CHECKPOINT_TAG}"
             yield Refusal(job_id, "not_movable", f"not moved: it did not opt in ({opt_in})")
-        elif (conflict := target_conflict(current, placement, node_features or {})) is not None:
+        elif (conflict := target_conflict(current, placement, node_features or {},
+                                          pins.get(job_id))) is not None:
             yield Refusal(job_id, "not_movable", f"not moved: {conflict}")
         elif sent >= cap:
             yield Refusal(job_id, "over_cap", f"not moved: {cap} moves per cycle at most")
@@ -77,10 +84,16 @@ def plan_moves(
 
 
 def target_conflict(job: SlurmJob, placement: Placement,
-                    node_features: Mapping[str, Sequence[str]]) -> str | None:
-    """Why the requeued job could never start on ``placement`` (None: it could). Measured on
-    Slurm 22.05.8: a requeued job pinned to a node its ``ExcNodeList`` names, or to one without
-    a feature its ``--constraint`` asks for, stays pending with ``BadConstraints`` for good."""
+                    node_features: Mapping[str, Sequence[str]],
+                    pinned_by_us: frozenset[str] | None = None) -> str | None:
+    """Why the job may not be requeued onto ``placement`` (None: it may). Its ``ReqNodeList``,
+    unless slurm-rl set it (``pinned_by_us``), is the user's, and the move's pin would replace
+    it. Measured on Slurm 22.05.8: a requeued job pinned to a node its ``ExcNodeList`` names,
+    or to one without a feature its ``--constraint`` asks for, stays pending with
+    ``BadConstraints`` for good."""
+    required = frozenset(job.required_nodes)
+    if required and required != pinned_by_us:
+        return f"its --nodelist={fold(required)} is the user's"
     excluded = set(job.excluded_nodes) & set(placement.nodes)
     if excluded:
         return f"its ExcNodeList names {','.join(sorted(excluded))}"

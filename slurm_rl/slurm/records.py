@@ -172,3 +172,9 @@ class JobsReport:
 class NodesReport:
     meta: SlurmMeta
     nodes: tuple[SlurmNode, ...]
+
+
+def numeric_id(job_id: str) -> int:
+    """Sort key for job ids (``123``, ``123_4``): by the number, not as text."""
+    head = job_id.split("_")[0]
+    return int(head) if head.isdigit() else 0

@@ -4,13 +4,18 @@ Only GPU jobs are ours: a job without a GPU request is ignored, and so is a node
 GPUs. With ``partitions`` set, only jobs and nodes in those partitions count. Finished jobs
 come from squeue itself (slurmctld keeps them for ``MinJobAge`` seconds) and are reported
 once each. Pending jobs that wait on something no decision changes (held, a dependency, a
-user's ``--begin``, a reservation, a limit: :mod:`slurm_rl.slurm.waiting`) are left out of
-the snapshot and listed in :attr:`SlurmSource.set_aside`; a node an active reservation holds
-offers no free GPUs (:mod:`slurm_rl.slurm.reservations`).
+user's ``--begin``, a reservation, a limit, a ``--nodelist`` slurm-rl did not set:
+:mod:`slurm_rl.slurm.waiting`) are left out of the snapshot and listed in
+:attr:`SlurmSource.set_aside`; a running job pinned by someone else is not checkpointable in
+the snapshot, so no policy moves it. Which pins are slurm-rl's own, the source learns from
+its :attr:`SlurmSource.pins` ledger, which it shares with the actuator
+(:mod:`slurm_rl.slurm.ownership`). A node an active reservation holds offers no free GPUs
+(:mod:`slurm_rl.slurm.reservations`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -28,7 +33,8 @@ from slurm_rl.core import (
 )
 from slurm_rl.slurm.client import SlurmClient
 from slurm_rl.slurm.gres import gpu_counts, single_request
-from slurm_rl.slurm.records import JobsReport, NodesReport, SlurmJob, SlurmNode
+from slurm_rl.slurm.ownership import Ledger, pin_ledger
+from slurm_rl.slurm.records import JobsReport, NodesReport, SlurmJob, SlurmNode, numeric_id
 from slurm_rl.slurm.reservations import SlurmReservation, reserved_nodes
 from slurm_rl.slurm.waiting import waits_on
 
@@ -168,17 +174,23 @@ def build_cluster(
 
 
 class SlurmSource:
-    """Builds one :class:`ClusterSnapshot` per call from ``client.jobs()`` and ``nodes()``."""
+    """Builds one :class:`ClusterSnapshot` per call from ``client.jobs()`` and ``nodes()``.
+
+    ``pins``: the ``ReqNodeList`` values slurm-rl set itself (give the actuator the same
+    ledger; by default it takes this one).
+    """
 
     def __init__(
         self,
         client: SlurmClient,
         config: SourceConfig | None = None,
         clock: Callable[[], float] = time.time,
+        pins: Ledger | None = None,
     ) -> None:
         self.client = client
         self.config = config or SourceConfig()
         self.clock = clock
+        self.pins = pins if pins is not None else pin_ledger()
         self.last_state: SlurmState | None = None
         self._reported: set[str] = set()
         self._placements: dict[str, Placement] = {}
@@ -200,6 +212,7 @@ class SlurmSource:
 
     def snapshot(self) -> ClusterSnapshot:
         state = self.state()
+        self.pins.sync(state.managed)
         reserved = reserved_nodes(state.reservations, state.time)
         cluster, free = build_cluster(state.nodes.nodes, self.cluster_name(state), self.config,
                                       reserved)
@@ -237,13 +250,16 @@ class SlurmSource:
                 continue
             if job.is_pending:
                 self._reported.discard(job.job_id)  # a requeued job may finish again
-                waits = waits_on(job, now)
+                waits = waits_on(job, now, self.pins.owns)
                 if waits is None:
                     pending.append(core)
                 else:
                     set_aside[job.job_id] = waits
             elif job.is_active:
                 self._reported.discard(job.job_id)
+                if core.checkpointable and not self.pins.owns(job):
+                    # A move would overwrite someone else's --nodelist: offer it to no policy.
+                    core = dataclasses.replace(core, checkpointable=False)
                 running.extend(self._running(job, core))
             elif job.is_finished:
                 finished.extend(self._finished(job, core))
@@ -283,9 +299,3 @@ class SlurmSource:
         for job_id in list(self._placements):
             if job_id not in seen:
                 del self._placements[job_id]
-
-
-def numeric_id(job_id: str) -> int:
-    """Sort key for job ids (``123``, ``123_4``): by the number, not as text."""
-    head = job_id.split("_")[0]
-    return int(head) if head.isdigit() else 0

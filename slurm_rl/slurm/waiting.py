@@ -8,17 +8,22 @@ that no job uses, and a pin set on it now (Slurm 22.05.8 accepts ``ReqNodeList``
 ``StartTime`` on a held job, rc 0) would tie it to nodes chosen long before it can run. The
 snapshot leaves such jobs out; Slurm starts them by its own rules once what they wait on is
 gone, or, for a deferred job, the next cycle sees it pending for resources and orders it.
+Nor is a job whose ``ReqNodeList`` slurm-rl did not set (``nodelist``: the user's
+``--nodelist``, slurm_rl/slurm/ownership.py): a pin would overwrite the user's choice, so
+Slurm starts it on those nodes by its own rules (a deferred one when its window ends).
 
 Measured on Slurm 22.05.8 (``squeue --json``): a job submitted with ``--dependency`` shows
 ``state_reason`` ``Dependency`` at once, also while the plugin's deferral window runs
 (``DependencyNeverSatisfied`` once the parent failed); ``--hold`` gives ``priority`` 0 and
 ``JobHeldUser`` (also with a dependency); a user's future ``--begin`` shows ``BeginTime``
 with no deferral tag in ``admin_comment``. Jobs pending for nodes that went down
-(``ReqNodeNotAvail``) or a pin that cannot hold (``BadConstraints``) stay in: the daemon may
-have set that pin and is the one to change it.
+(``ReqNodeNotAvail``) or a pin that cannot hold (``BadConstraints``) stay in when the pin is
+the daemon's own: it set that pin and is the one to change it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from slurm_rl.slurm.deferral import deferred_until
 from slurm_rl.slurm.records import SlurmJob
@@ -35,12 +40,15 @@ CONFIG_REASONS = frozenset({
 LIMIT_PREFIXES = ("Assoc", "QOS")
 LIMIT_SUFFIX = "PerAccount"
 
-WAIT_KINDS = ("held", "dependency", "begin_time", "reservation", "limit", "configuration")
+WAIT_KINDS = ("held", "dependency", "begin_time", "reservation", "limit", "configuration",
+              "nodelist")
 
 
-def waits_on(job: SlurmJob, now: float) -> str | None:
+def waits_on(job: SlurmJob, now: float,
+             pin_is_ours: Callable[[SlurmJob], bool] | None = None) -> str | None:
     """What a pending job waits on that no scheduling decision can change (one of
-    :data:`WAIT_KINDS`), or None when it is the scheduler's to start."""
+    :data:`WAIT_KINDS`), or None when it is the scheduler's to start. ``pin_is_ours`` tells
+    whether the job's ``ReqNodeList`` is one slurm-rl set; without it, none is."""
     reason = job.reason
     if job.priority == 0 or reason in HELD_REASONS:
         return "held"
@@ -55,6 +63,8 @@ def waits_on(job: SlurmJob, now: float) -> str | None:
         return "limit"
     if reason in CONFIG_REASONS:
         return "configuration"
+    if job.required_nodes and not (pin_is_ours is not None and pin_is_ours(job)):
+        return "nodelist"
     return None
 
 

@@ -1,7 +1,9 @@
 """``Decision.migrations`` against a real Slurm: a running job that opted in (``--requeue``,
 ``--comment=slurm-rl:checkpoint``) is requeued and restarts on the chosen node within seconds
 (not after the two minutes Slurm's requeue would wait); a job that did not opt in is never
-touched; shadow mode and a daemon without ``migrate`` send nothing; the daemon stores the move."""
+touched; shadow mode and a daemon without ``migrate`` send nothing; the daemon stores the move.
+The jobs are pinned to their first node as the daemon pins one, so the pin is slurm-rl's own
+(a user's ``--nodelist`` is never moved: tests/slurm/test_nodelist_live.py)."""
 
 from __future__ import annotations
 
@@ -25,17 +27,24 @@ pytestmark = pytest.mark.slurm
 OPT_IN = ("--requeue", "--comment=slurm-rl:checkpoint")
 
 
-def _running_on(live: LiveCluster, node: str, *options: str) -> str:
-    """A one-GPU job of any type, started at once on ``node``. Its script notes in the jobs
+def _submit(live: LiveCluster, *options: str) -> str:
+    """A one-GPU job of any type (deferred by the plugin). Its script notes in the jobs
     directory each start (Slurm's restart count, the node) and a SIGTERM."""
     log = f"{live.jobs_dir}/starts.$SLURM_JOB_ID"
     script = (f"trap 'echo term >> {log}; exit 0' TERM; "
               f"echo start ${{SLURM_RESTART_COUNT:-0}} $SLURMD_NODENAME >> {log}; "
               "sleep 300 & wait")
-    job_id = live.sbatch("alice", "--gres=gpu:1", "-t", "10", *options, script=script)
-    pin = ("scontrol", "update", f"JobId={job_id}", f"ReqNodeList={node}", "NumNodes=1-1",
-           "StartTime=now")
-    assert live.run(*pin).ok
+    return live.sbatch("alice", "--gres=gpu:1", "-t", "10", *options, script=script)
+
+
+def _running_on(live: LiveCluster, source: SlurmSource, node: str, *options: str) -> str:
+    """A job of :func:`_submit`, started at once on ``node``: pinned there by an actuator on
+    ``source``, whose ledger then holds the pin as slurm-rl's own."""
+    job_id = _submit(live, *options)
+    source.snapshot()
+    placing = SlurmActuator(live.client, ActuatorConfig(mode=Mode.ENFORCE), source=source)
+    report = placing.apply(Decision("test", (job_id,), {job_id: Placement((node,), (1,))}))
+    assert all(o.sent and o.ok for o in report.outcomes), report.outcomes
     live.wait_state(job_id, "RUNNING", timeout_s=SCHED_SLACK_S)
     return job_id
 
@@ -45,8 +54,8 @@ def test_an_opted_in_job_moves_to_the_chosen_node_and_no_other_job_is_touched(
 ) -> None:
     source = SlurmSource(live.client)
     a100, v100 = _nodes(source.snapshot(), "a100"), _nodes(source.snapshot(), "v100")
-    mover = _running_on(live, v100[0], *OPT_IN)
-    stays = _running_on(live, v100[0], "--requeue")  # requeueable, but saves no checkpoint
+    mover = _running_on(live, source, v100[0], *OPT_IN)
+    stays = _running_on(live, source, v100[0], "--requeue")  # requeueable, saves no checkpoint
     running = {r.job.job_id: r.job for r in source.snapshot().running}
     assert running[mover].checkpointable and not running[stays].checkpointable
     moves = {mover: Placement((a100[0],), (1,)), stays: Placement((a100[1],), (1,))}
@@ -79,6 +88,19 @@ def test_an_opted_in_job_moves_to_the_chosen_node_and_no_other_job_is_touched(
 
 
 @dataclass
+class _Placing:
+    """Pins ``job`` on ``to`` while it is pending (what the daemon's policy may decide)."""
+
+    job: str
+    to: Placement
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        if self.job not in {job.job_id for job in snapshot.pending}:
+            return Decision("test", ())
+        return Decision("test", (self.job,), {self.job: self.to})
+
+
+@dataclass
 class _Moving:
     """The daemon's policy, plus one move (what RWGP decides after four hours on a slow
     node, which a test cannot wait for)."""
@@ -97,8 +119,16 @@ def test_the_daemon_moves_only_with_migrate_on_and_stores_the_move(
 ) -> None:
     source = SlurmSource(live.client)
     a100, v100 = _nodes(source.snapshot(), "a100"), _nodes(source.snapshot(), "v100")
-    mover = _running_on(live, v100[-1], *OPT_IN)
-    started = live.job(mover).start_time
+    mover = _submit(live, *OPT_IN)
+    # A daemon run on the same store places it: later runs recall that pin as their own.
+    placing = _daemon(live, tmp_path, policy="fifo+best-fit")
+    placing.parts = dataclasses.replace(
+        placing.parts, scheduler=_Placing(mover, Placement((v100[-1],), (1,))))
+    try:
+        assert placing.run_once().ok
+    finally:
+        placing.close(retire=False)
+    started = live.wait_state(mover, "RUNNING", timeout_s=SCHED_SLACK_S).start_time
     to = Placement((a100[-1],), (1,))
     for migrate in (False, True):
         daemon = _daemon(live, tmp_path, policy="fifo+best-fit", migrate=migrate)
@@ -109,9 +139,11 @@ def test_the_daemon_moves_only_with_migrate_on_and_stores_the_move(
         finally:
             daemon.close(retire=False)
         if not migrate:
-            assert Store(daemon.config.store).decisions_for(CLUSTER, mover) == []
+            rows = Store(daemon.config.store).decisions_for(CLUSTER, mover)
+            assert [r.action for r in rows] == ["place"]
             assert live.job(mover).raw["Restarts"] == "0"
-    (row,) = Store(daemon.config.store).decisions_for(CLUSTER, mover)
+    placed, row = Store(daemon.config.store).decisions_for(CLUSTER, mover)
+    assert (placed.action, placed.slurm_rc, placed.nodes) == ("place", 0, v100[-1])
     assert (row.action, row.slurm_rc, row.nodes) == ("migrate", 0, a100[-1])
     assert row.argv == ["scontrol", "requeue", mover]
     moved = live.wait_state(mover, "RUNNING", timeout_s=SCHED_SLACK_S)
@@ -128,8 +160,8 @@ def test_a_move_the_jobs_constraint_or_exclusion_forbids_is_refused(live: LiveCl
     good (measured by hand): the actuator refuses, and the job keeps running where it is."""
     source = SlurmSource(live.client)
     a100, v100 = _nodes(source.snapshot(), "a100"), _nodes(source.snapshot(), "v100")
-    constrained = _running_on(live, v100[0], *OPT_IN, "--constraint=v100")
-    excluding = _running_on(live, v100[0], *OPT_IN, f"--exclude={a100[0]}")
+    constrained = _running_on(live, source, v100[0], *OPT_IN, "--constraint=v100")
+    excluding = _running_on(live, source, v100[0], *OPT_IN, f"--exclude={a100[0]}")
     moves = {job_id: Placement((a100[0],), (1,)) for job_id in (constrained, excluding)}
     actuator = SlurmActuator(live.client, ActuatorConfig(mode=Mode.ENFORCE, migrate=True),
                              source=source)
