@@ -163,6 +163,18 @@ def test_2205_snapshot() -> None:
     assert finished[roles["completed"]].placement == Placement(("a100-01",), (2,))
 
 
+def test_snapshots_share_the_cluster_object_while_the_nodes_are_unchanged() -> None:
+    # Policies key what they learned on the cluster object (the RWGP's belief): an equal new
+    # object each query would reset it every cycle.
+    source = _snapshot("22.05")
+    first, second = source.snapshot().cluster, source.snapshot().cluster
+    assert first is second
+    source.config = SourceConfig(price_per_gpu_hour={"a100": 2.9})  # a price changed
+    third = source.snapshot().cluster
+    assert third is not first and third.nodes[0].price_per_gpu_hour == 2.9
+    assert source.snapshot().cluster is third
+
+
 def test_finished_jobs_are_reported_once() -> None:
     source = _snapshot("22.05")
     assert len(source.snapshot().finished) == 2

@@ -195,6 +195,7 @@ class SlurmSource:
         self._reported: set[str] = set()
         self._placements: dict[str, Placement] = {}
         self._cores: dict[str, Job] = {}  # this query's jobs as core types, built once
+        self._cluster: Cluster | None = None  # the last snapshot's, reused while it is equal
         # pending jobs left out of the last snapshot, by id: what they wait on (waiting.py)
         self.set_aside: dict[str, str] = {}
 
@@ -217,7 +218,19 @@ class SlurmSource:
         cluster, free = build_cluster(state.nodes.nodes, self.cluster_name(state), self.config,
                                       reserved)
         pending, running, finished = self._split(state.managed.values(), state.time)
-        return ClusterSnapshot(state.time, cluster, free, pending, running, finished)
+        return ClusterSnapshot(state.time, self._stable(cluster), free, pending, running,
+                               finished)
+
+    def _stable(self, cluster: Cluster) -> Cluster:
+        """The previous snapshot's cluster object while the nodes are unchanged. Policies key
+        what they learned on the cluster object (the RWGP's belief about each machine, the
+        candidate tables), as the simulator hands them one object throughout; an equal new
+        object every query would reset that learning every cycle."""
+        previous = self._cluster
+        if previous is not None and previous == cluster:
+            return previous
+        self._cluster = cluster
+        return cluster
 
     def cluster_name(self, state: SlurmState) -> str:
         """The name snapshots (and so the store) give the cluster: the configured one, else
