@@ -17,6 +17,7 @@ from slurm_rl.agents.ordering.agent import (
     load_bundle,
     masked_scores,
     network_config,
+    promote_starved,
     registry_scheduler,
     save_bundle,
 )
@@ -55,6 +56,27 @@ def test_jobs_that_cannot_start_rank_after_every_job_that_can() -> None:
     ids = [j.job_id for j in view.pending]
     worst_startable = min(s for i, s in zip(ids, scores, strict=True) if i in can)
     assert scores[ids.index("big")] < worst_startable
+
+
+def test_jobs_pending_past_the_guard_go_first_longest_waiting_first() -> None:
+    scores = np.array([5.0, 1.0, -2.0, 3.0])
+    waits = np.array([10.0, 30.0, 90.0, 0.0])
+    promoted = promote_starved(scores, waits, 30.0)
+    assert list(np.argsort(-promoted)) == [2, 1, 0, 3]  # 90 s, 30 s, then the network's order
+    assert promote_starved(scores, waits, None) is scores
+    assert promote_starved(scores, np.zeros(4), 30.0) is scores
+
+
+def test_the_dual_agent_promotes_a_starved_job_that_cannot_start() -> None:
+    def ranked_first(starvation_h: float) -> str:
+        b = Bundle(Path("-"), bundle().network, {"chooser": "best-fit", "fee_weight": 0.1,
+                                                 "starvation_h": starvation_h})
+        return build_scheduler(b, SPEED).decide(view).ranking[0]
+
+    view = queue_snapshot()
+    view = ClusterSnapshot(25 * 3600.0, view.cluster, view.free_gpus, view.pending)
+    assert ranked_first(0.0) != "big"  # it cannot start: masked below the rest
+    assert ranked_first(24.0) == "big"  # pending 25 h: first, so backfill reserves for it
 
 
 def test_masked_scores_keep_the_order_inside_each_group() -> None:

@@ -53,6 +53,10 @@ VARIANTS: tuple[Variant, ...] = ("dual", "ordering-only", "placement-only", "no-
 #: far slower than their best (the RWGP's exclusions); ``rwgp`` offers every node set, as the
 #: bundles trained before it expect.
 CHOOSERS = ("rwgp-excluding", "rwgp", "best-fit")
+# A job pending longer than this goes ahead of every job that has waited less (meta key
+# ``starvation_h`` overrides it per bundle; 0 turns the guard off). Chosen on Philly
+# September-November (docs/ordering-agent.md, "Starvation guard").
+STARVATION_H = 168.0
 LEARNED_ORDERING = ("rl", "rl-nocomm")
 
 
@@ -93,15 +97,32 @@ def masked_scores(raw: FloatArray, valid: BoolArray) -> FloatArray:
     return np.where(valid, raw, raw - shift)
 
 
+def promote_starved(scores: FloatArray, waits_s: FloatArray,
+                    limit_s: float | None) -> FloatArray:
+    """Scores that rank every job pending for ``limit_s`` or longer ahead of all others, the
+    longest-waiting first (None or 0: unchanged). A learned ordering may rank a kind of job
+    low forever; with backfill the first-ranked waiting job gets the reservation, so a job
+    this promotes starts as soon as FIFO would have started it from here on."""
+    if not limit_s or not len(scores):
+        return scores
+    starved = waits_s >= limit_s
+    if not starved.any():
+        return scores
+    top = float(scores.max()) + 1.0
+    return np.where(starved, top + waits_s / limit_s, scores)
+
+
 class OrderingAgent:
     """The learned :class:`~slurm_rl.agents.base.OrderingPolicy` (docs/ordering-agent.md)."""
 
     def __init__(self, network: OrderingNetwork, builder: FeatureBuilder,
-                 messenger: Messenger, name: str = "rl") -> None:
+                 messenger: Messenger, name: str = "rl",
+                 starvation_s: float | None = STARVATION_H * 3600.0) -> None:
         self.network = network
         self.builder = builder
         self.messenger = messenger
         self.name = name
+        self.starvation_s = starvation_s
 
     def observe(self, snapshot: ClusterSnapshot) -> None:
         self.builder.observe(snapshot)
@@ -127,7 +148,9 @@ class OrderingAgent:
         if not snapshot.pending:
             return np.zeros(0)
         observation = self.observation(snapshot)
-        return masked_scores(self.raw_scores(observation), observation.valid)
+        scores = masked_scores(self.raw_scores(observation), observation.valid)
+        waits = np.array([snapshot.time - job.submit_time for job in snapshot.pending])
+        return promote_starved(scores, waits, self.starvation_s)
 
 
 # ----- bundles ---------------------------------------------------------------------------
@@ -156,6 +179,12 @@ class Bundle:
     @property
     def chooser(self) -> str:
         return str(self.meta.get("chooser", "rwgp"))
+
+    @property
+    def starvation_s(self) -> float | None:
+        """The ordering's starvation guard (:func:`promote_starved`); None: off."""
+        hours = float(self.meta.get("starvation_h", STARVATION_H))
+        return hours * 3600.0 if hours > 0 else None
 
     @property
     def placement_gp(self) -> Mapping[str, Any] | None:
@@ -280,7 +309,8 @@ def build_scheduler(
         learned = LearnedPlacement(network.placement, builder,
                                    CandidateGenerator(chooser, builder))
         placement, messenger = learned, learned.messenger
-    agent = OrderingAgent(network.ordering, builder, messenger, _agent_name(variant))
+    agent = OrderingAgent(network.ordering, builder, messenger, _agent_name(variant),
+                          bundle.starvation_s)
     return Scheduler(agent, placement, max_ranked=max_ranked)
 
 
