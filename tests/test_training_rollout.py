@@ -32,12 +32,14 @@ def jobs() -> list:
 
 
 def episode(mode: str = "sample", reward: str = "job", seed: int = 0, prior: str = "pace",
-            chooser: str = "best-fit", cluster: Cluster | None = None) -> tuple[Episode, list]:
+            chooser: str = "best-fit", cluster: Cluster | None = None,
+            placement_teacher: str = "fastest") -> tuple[Episode, list]:
     torch.manual_seed(seed)
     network = DualNetwork(network_config(16, 4.0 if prior == "cost" else 0.0, prior))
     sim = simulation(jobs(), mode="slurm", cycle_s=10.0, cluster=cluster)
     config = RolloutConfig(fee_weight=0.1, chooser=chooser, mode=mode,  # type: ignore[arg-type]
-                           max_jobs=8, rank_k=4, reward=reward)  # type: ignore[arg-type]
+                           max_jobs=8, rank_k=4, reward=reward,  # type: ignore[arg-type]
+                           placement_teacher=placement_teacher)
     return run_episode(network, sim, SPEED, config, SPEC), [network, sim]
 
 
@@ -94,11 +96,12 @@ def test_teacher_mode_follows_the_teacher() -> None:
             assert p.choice == int(np.argmax(p.candidates[:, 0]))  # the fastest candidate
 
 
-def test_a_cost_prior_head_clones_the_cheapest_candidate_per_unit_of_work() -> None:
+def test_a_prior_teacher_clones_the_cost_prior_s_cheapest_candidate_per_unit_of_work() -> None:
     # A100s twice as fast at ten times V100's price: work is cheaper on V100s at λ = 0.1
     pricey = Cluster("pricey", tuple(replace(n, price_per_gpu_hour=20.0) if n.gpu_type == "A100"
                                      else n for n in small_cluster().nodes))
-    result, _ = episode(mode="teacher", prior="cost", chooser="rwgp-excluding", cluster=pricey)
+    result, _ = episode(mode="teacher", prior="cost", chooser="rwgp-excluding", cluster=pricey,
+                        placement_teacher="prior")
     placements = [p for step in result.steps for p in step.placements]
     assert all(p.choice == int(np.argmin(p.log_cost)) for p in placements)
     # fees make a difference here: some cheapest candidate is not the fastest

@@ -16,6 +16,7 @@ from slurm_rl.cli_options import checkpoint_options
 from slurm_rl.errors import InputError
 from slurm_rl.training.evaluate import PLACEMENTS
 from slurm_rl.training.pool import BACKENDS
+from slurm_rl.training.rollout import PLACEMENT_TEACHERS
 
 console = Console()
 
@@ -59,6 +60,10 @@ _DEFAULT_WINDOWS = {"philly": "2017-12"}
 @click.option("--prior", type=click.Choice(PRIORS), default="cost", show_default=True,
               help="The head's prior: the pace, or (cost) the chooser's cost per unit of work, "
                    "which prices fees at the bundle's λ.")
+@click.option("--placement-teacher", "placement_teacher", type=click.Choice(PLACEMENT_TEACHERS),
+              default="fastest", show_default=True,
+              help="What the warm start's placement clones: the fastest candidate, or the best "
+                   "under the head's prior (the cheapest per unit of work with --prior cost).")
 @click.option("--learning-rate", "learning_rate", default=1e-3, show_default=True,
               type=click.FloatRange(min=0.0, min_open=True))
 @click.option("--update-epochs", "update_epochs", default=8, show_default=True,

@@ -19,9 +19,9 @@ start, the PPO loop, the bundle. docs/training.md explains the method; in short:
       \mathrm{clip}(ρ_p) A)] + c_v \mathbb{E}[(V - \hat R)^2] - c_e (H_o + H_p)
 
 * **Warm start.** Before PPO, both actors clone a realisable teacher (QSSF-like ranking by
-  predicted GPU-hours from the observed history; the best candidate under the placement
-  head's prior: the cheapest per unit of work under the cost prior, else the fastest) by
-  maximum likelihood,
+  predicted GPU-hours from the observed history; the fastest candidate, or with
+  ``placement_teacher = "prior"`` the best under the placement head's prior) by maximum
+  likelihood,
   and the critic fits the teacher's returns.
 
 Episodes are windows of the training trace (Philly October–November by default; September is
@@ -83,6 +83,9 @@ class Args:
     pace_sharpness: float = 4.0
     # "cost": −β_0 log (the chooser's cost per unit of work: fees priced at λ); "pace": β_0 log pace
     prior: str = "cost"
+    # what the warm start's placement clones: "fastest" (fastest-GPU-first), or "prior" (the
+    # best candidate under the head's prior; session 15: not shipped, docs/training.md)
+    placement_teacher: str = "fastest"
     max_jobs: int = 128  # candidate set size
     rank_k: int = 16  # ranked prefix that is the ordering action
     # behaviour cloning
@@ -141,7 +144,8 @@ def train(args: Args) -> Path:
     optimizer = torch.optim.Adam(network.parameters(), lr=args.learning_rate, eps=1e-5)
     scaler = ReturnScaler(args.gamma)
     rollout = RolloutConfig(args.fee_weight, args.chooser, "sample", args.max_jobs,
-                            args.rank_k, communicate=args.communicate)
+                            args.rank_k, communicate=args.communicate,
+                            placement_teacher=args.placement_teacher)
     total = args.bc_iterations + args.iterations
     curves.start(total * args.episodes_per_iteration)
 

@@ -19,9 +19,9 @@ The placement head then samples one candidate per job that gets GPUs, walking th
 the project's :class:`~slurm_rl.scheduler.Scheduler` does (greedy walk).
 
 Modes: ``sample`` (training), ``greedy`` (argmax everywhere) and ``teacher`` (the ranking by
-predicted GPU-hours as QSSF; the placement the best candidate under the head's prior — the
-cheapest per unit of work under the cost prior, else the fastest as fastest-GPU-first: the
-behaviour-cloning targets).
+predicted GPU-hours as QSSF; the placement the fastest candidate as fastest-GPU-first, or with
+``placement_teacher = "prior"`` the best under the head's prior, the cheapest per unit of work
+under the cost prior: the behaviour-cloning targets).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from slurm_rl.training.objectives import gumbel_order, plackett_luce_logp
 from slurm_rl.training.rewards import RewardKind, job_rewards
 
 Mode = Literal["sample", "greedy", "teacher"]
+PLACEMENT_TEACHERS = ("fastest", "prior")
 _PRED_GPU_H = JOB_FEATURES.index("log_pred_gpu_h")
 _PACE = CANDIDATE_FEATURES.index("pace")
 
@@ -64,6 +65,7 @@ class RolloutConfig:
     max_ranked: int = 500
     communicate: bool = True
     reward: RewardKind = "job"
+    placement_teacher: str = "fastest"  # what the warm start clones (PLACEMENT_TEACHERS)
 
 
 @dataclass(frozen=True)
@@ -120,9 +122,11 @@ class TrainingPlacement(LearnedPlacement):
     """The learned placement that samples (or follows the teacher) and records its choices."""
 
     def __init__(self, network: DualNetwork, builder: FeatureBuilder,
-                 generator: CandidateGenerator, mode: Mode, seed: int) -> None:
+                 generator: CandidateGenerator, mode: Mode, seed: int,
+                 teacher: str = "fastest") -> None:
         super().__init__(network.placement, builder, generator)
         self.mode = mode
+        self.teacher = teacher
         self.rng = torch.Generator().manual_seed(seed)
         self.steps: list[PlacementStep] = []
 
@@ -133,7 +137,7 @@ class TrainingPlacement(LearnedPlacement):
         if self.mode == "greedy":
             return int(logp.argmax())
         if self.mode == "teacher":
-            choice = teacher_choice(self.head, found)
+            choice = teacher_choice(self.head, found, self.teacher)
         else:
             choice = int(torch.multinomial(logp.exp(), 1, generator=self.rng))
         self.steps.append(PlacementStep(row.astype(np.float32), found.features.astype(np.float32),
@@ -142,11 +146,14 @@ class TrainingPlacement(LearnedPlacement):
         return choice
 
 
-def teacher_choice(head: PlacementHead, found: CandidateSet) -> int:
-    """The placement the warm start clones: the best candidate under the head's prior when it
-    has one (the cost prior's cheapest per unit of work, so cloning sharpens the prior rather
-    than pulling a fee-aware head back to the fastest GPUs), else the fastest candidate."""
-    if head.pace_sharpness > 0 and head.prior_kind == "cost":
+def teacher_choice(head: PlacementHead, found: CandidateSet, teacher: str = "fastest") -> int:
+    """The placement the warm start clones: the fastest candidate, or (``teacher = "prior"``)
+    the best under the head's prior when it has one — the cost prior's cheapest per unit of
+    work, so cloning sharpens the prior rather than pulling a fee-aware head back to the
+    fastest GPUs."""
+    if teacher not in PLACEMENT_TEACHERS:
+        raise ValueError(f"unknown placement teacher {teacher!r}; known: {PLACEMENT_TEACHERS}")
+    if teacher == "prior" and head.pace_sharpness > 0 and head.prior_kind == "cost":
         return int(np.argmin(found.log_cost))
     return int(np.argmax(found.features[:, _PACE]))
 
@@ -167,7 +174,8 @@ class Actor:
         builder = FeatureBuilder(gpu_speed)
         chooser = make_chooser(config.chooser, gpu_speed, config.fee_weight)
         generator = CandidateGenerator(chooser, builder)
-        self.placement = TrainingPlacement(network, builder, generator, config.mode, seed + 1)
+        self.placement = TrainingPlacement(network, builder, generator, config.mode, seed + 1,
+                                           config.placement_teacher)
         network.ordering.communicate = config.communicate
         self.ordering = OrderingAgent(network.ordering, builder, self.placement.messenger)
 
