@@ -65,6 +65,9 @@ class DaemonConfig(BaseModel):
     accounting_every_s: float = Field(default=600.0, gt=0)
     accounting_lookback_days: float = Field(default=7.0, gt=0)
     price_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
+    # a new policy (start, SIGHUP, model switch) first learns from the jobs stored as finished
+    # in the last N days (docs/daemon.md); 0: it starts from its prior
+    history_days: float = Field(default=7.0, ge=0)
     seed: int = 0
     log_level: LogLevel = "info"
     # Retraining and the model registry (docs/retraining.md).

@@ -34,6 +34,7 @@ from slurm_rl.daemon.accounting import AccountingReader
 from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.daemon.guard import GuardedScheduler
 from slurm_rl.daemon.heartbeat import FileHeartbeat, Heartbeat
+from slurm_rl.daemon.history import PrimedScheduler, stored_history
 from slurm_rl.daemon.jobcomp import JobcompLog
 from slurm_rl.daemon.policy import FALLBACK_POLICY, PolicyBundleError, is_learned, make_policy
 from slurm_rl.daemon.recorder import CycleSummary, StoreRecorder
@@ -204,7 +205,9 @@ class Daemon:
 
     def _build(self, config: DaemonConfig) -> Parts:
         policy = make_policy(config.policy, seed=config.seed, bundle=config.policy_bundle)
-        scheduler = GuardedScheduler(policy)
+        history = (stored_history(lambda: self.store, config.history_days)
+                   if config.history_days > 0 else None)
+        scheduler = GuardedScheduler(PrimedScheduler(policy, history))
         env = {"SLURM_CONF": str(config.slurm_conf)} if config.slurm_conf else None
         runner = self._runner or make_runner(env)
         client = CliSlurmClient(runner=runner, timeout_s=config.slurm_timeout_s)

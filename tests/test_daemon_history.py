@@ -1,0 +1,88 @@
+"""A new policy first learns from the finished jobs the store recorded (slurm_rl/daemon/history.py):
+a real SQLite store written as the daemon writes it, a real RWGP, a real scheduler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurm_rl.agents.rwgp.placement import RwgpPlacement
+from slurm_rl.core import Cluster, ClusterSnapshot, Decision, FinishedJob, Job, Placement
+from slurm_rl.daemon.history import PrimedScheduler, stored_history, with_history
+from slurm_rl.daemon.policy import make_policy
+from slurm_rl.store.repository import Store
+from tests.retrain.logged import CLUSTER, NODES, fill
+
+NOW = 1_800_000_000.0
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+
+
+def snapshot(finished: tuple[FinishedJob, ...] = (), pending: tuple[Job, ...] = ()
+             ) -> ClusterSnapshot:
+    return ClusterSnapshot(NOW, Cluster(CLUSTER, NODES), tuple(n.gpus for n in NODES), pending,
+                           (), finished)
+
+
+class Recording:
+    def __init__(self) -> None:
+        self.seen: list[ClusterSnapshot] = []
+
+    def decide(self, snap: ClusterSnapshot) -> Decision:
+        self.seen.append(snap)
+        return Decision("recording", ranking=())
+
+
+def test_the_stored_jobs_come_back_oldest_first_as_the_source_reports_them(store: Store) -> None:
+    done = fill(store, 12, now=NOW)
+    history = stored_history(lambda: store, 1.0)(snapshot())
+    assert [f.job.job_id for f in history] == [
+        f.job.job_id for f in sorted(done, key=lambda f: f.end_time)]
+    first = next(f for f in history if f.job.job_id == done[0].job.job_id)
+    assert (first.start_time, first.end_time, first.placement) == (
+        done[0].start_time, done[0].end_time, done[0].placement)
+    assert first.job.user == done[0].job.user and first.job.num_gpus == 8
+
+
+def test_only_the_first_decision_sees_the_history_and_never_a_job_slurm_reports(
+        store: Store) -> None:
+    done = fill(store, 12, now=NOW)
+    inner = Recording()
+    primed = PrimedScheduler(inner, stored_history(lambda: store, 1.0))
+    reported = done[-1]
+    primed.decide(snapshot(finished=(reported,)))
+    primed.decide(snapshot())
+    first, second = inner.seen
+    ids = [f.job.job_id for f in first.finished]
+    assert ids.count(reported.job.job_id) == 1 and ids[-1] == reported.job.job_id
+    assert len(ids) == len(done)
+    assert second.finished == ()
+
+
+def test_jobs_on_nodes_the_cluster_no_longer_has_are_left_out() -> None:
+    gone = FinishedJob(Job("old", NOW - 900, 1), NOW - 800, NOW - 100,
+                       Placement(("k80-01",), (1,)))
+    kept = FinishedJob(Job("new", NOW - 900, 1), NOW - 800, NOW - 100,
+                       Placement(("v100-01",), (1,)))
+    assert with_history(snapshot(), (gone, kept)).finished == (kept,)
+    assert with_history(snapshot(pending=(kept.job,)), (kept,)).finished == ()  # requeued
+
+
+def test_an_empty_store_leaves_the_policy_to_its_prior(store: Store) -> None:
+    assert stored_history(lambda: store, 1.0)(snapshot()) == ()
+
+
+def test_a_new_rwgp_learns_machine_speeds_from_the_stored_jobs(store: Store) -> None:
+    fill(store, 40, now=NOW)
+    fresh, primed = make_policy("fifo+rwgp"), make_policy("fifo+rwgp")
+    fresh.decide(snapshot())
+    PrimedScheduler(primed, stored_history(lambda: store, 1.0)).decide(snapshot())
+    assert isinstance(primed.placement, RwgpPlacement)
+    assert isinstance(fresh.placement, RwgpPlacement)
+    assert fresh.placement.model is not None and primed.placement.model is not None
+    assert fresh.placement.model.readings_seen == 0
+    assert primed.placement.model.readings_seen > 0
