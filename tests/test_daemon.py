@@ -83,15 +83,6 @@ def make_daemon(tmp_path: Path) -> Iterator[Callable[..., tuple[Daemon, FakeRunn
         daemon.close(retire=False)
 
 
-def test_the_placement_belief_lives_across_cycles(make_daemon: Any) -> None:
-    daemon, _, clock = make_daemon(policy="fifo+rwgp")
-    assert daemon.run_once().ok
-    model = daemon.parts.scheduler.inner.placement.model
-    clock.now += 30
-    assert daemon.run_once().ok
-    assert model is not None and daemon.parts.scheduler.inner.placement.model is model
-
-
 def _counts(daemon: Daemon) -> dict[str, int]:
     store = daemon.store
     return {m.__tablename__: store.count(m) for m in (CycleRow, DecisionRow, JobRow, OutcomeRow)}

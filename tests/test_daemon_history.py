@@ -11,8 +11,10 @@ from slurm_rl.agents.rwgp.placement import RwgpPlacement
 from slurm_rl.core import Cluster, ClusterSnapshot, Decision, FinishedJob, Job, Placement
 from slurm_rl.daemon.history import PrimedScheduler, stored_history, with_history
 from slurm_rl.daemon.policy import make_policy
+from slurm_rl.daemon.runner import Daemon
 from slurm_rl.store.repository import Store
 from tests.retrain.logged import CLUSTER, NODES, fill
+from tests.test_daemon import Clock, _cluster, _config
 
 NOW = 1_800_000_000.0
 
@@ -86,3 +88,18 @@ def test_a_new_rwgp_learns_machine_speeds_from_the_stored_jobs(store: Store) -> 
     assert fresh.placement.model is not None and primed.placement.model is not None
     assert fresh.placement.model.readings_seen == 0
     assert primed.placement.model.readings_seen > 0
+
+
+def test_the_placement_belief_lives_across_cycles(tmp_path: Path) -> None:
+    # each squeue/sinfo query builds the cluster anew; the RWGP keys its belief on the object
+    clock = Clock()
+    config = _config(tmp_path, policy="fifo+rwgp")
+    daemon = Daemon(lambda: config, runner=_cluster(), clock=clock)
+    try:
+        assert daemon.run_once().ok
+        model = daemon.parts.scheduler.inner.placement.model
+        clock.now += 30
+        assert daemon.run_once().ok
+        assert model is not None and daemon.parts.scheduler.inner.placement.model is model
+    finally:
+        daemon.close(retire=False)
