@@ -25,7 +25,6 @@ from slurm_rl.store.repository import Store
 
 log = logging.getLogger(__name__)
 
-DAY = 86400.0
 History = Callable[[ClusterSnapshot], tuple[FinishedJob, ...]]
 
 
@@ -86,7 +85,8 @@ class PrimedScheduler:
             stored = self._history(snapshot)
             self._history = None
             if stored:
+                own = len(snapshot.finished)
                 snapshot = with_history(snapshot, stored)
                 log.info("the new policy learned from %d stored finished jobs",
-                         len(snapshot.finished))
+                         len(snapshot.finished) - own)
         return self.inner.decide(snapshot)
