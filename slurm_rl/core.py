@@ -121,6 +121,13 @@ class Placement:
         if len(set(self.nodes)) != len(self.nodes):
             raise ValueError(f"placement repeats a node: {self.nodes}")
 
+    @classmethod
+    def even(cls, nodes: tuple[str, ...], total: int) -> Placement:
+        """``total`` GPUs over ``nodes`` as evenly as possible (the first nodes get more):
+        where a job ran when Slurm does not say how many GPUs it had on each node."""
+        base, extra = divmod(total, len(nodes))
+        return cls(nodes, tuple(base + (1 if i < extra else 0) for i in range(len(nodes))))
+
     @property
     def num_gpus(self) -> int:
         return sum(self.gpus)

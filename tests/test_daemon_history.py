@@ -103,3 +103,8 @@ def test_the_placement_belief_lives_across_cycles(tmp_path: Path) -> None:
         assert model is not None and daemon.parts.scheduler.inner.placement.model is model
     finally:
         daemon.close(retire=False)
+
+
+def test_gpus_go_evenly_over_the_nodes_when_nothing_says_how_many_each_had() -> None:
+    assert Placement.even(("a", "b", "c"), 8) == Placement(("a", "b", "c"), (3, 3, 2))
+    assert Placement.even(("a",), 4) == Placement(("a",), (4,))

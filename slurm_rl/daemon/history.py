@@ -53,9 +53,8 @@ def finished_job(job: LoggedJob) -> FinishedJob:
     core = Job(job_id=job.job_id, submit_time=job.submit_time, num_gpus=job.num_gpus,
                user=job.user, partition=job.partition, num_nodes=job.num_nodes,
                gpu_type=job.gpu_type, time_limit=job.time_limit_s)
-    base, extra = divmod(job.num_gpus, len(job.nodes))
-    gpus = tuple(base + (1 if i < extra else 0) for i in range(len(job.nodes)))
-    return FinishedJob(core, job.start_time, job.end_time, Placement(job.nodes, gpus), job.state)
+    return FinishedJob(core, job.start_time, job.end_time, Placement.even(job.nodes, job.num_gpus),
+                       job.state)
 
 
 def with_history(snapshot: ClusterSnapshot, history: tuple[FinishedJob, ...]) -> ClusterSnapshot:

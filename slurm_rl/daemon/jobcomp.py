@@ -161,13 +161,7 @@ def outcomes(completed: Iterable[CompletedJob], known: Mapping[str, Job]) -> lis
         job = known.get(done.job_id)
         if job is None:
             continue
-        gpus = _spread(job.num_gpus, len(done.nodes))
-        placement = Placement(done.nodes, gpus)
+        placement = Placement.even(done.nodes, job.num_gpus)
         finished.append(FinishedJob(job, done.start_time, done.end_time, placement, done.state,
                                     done.exit_code))
     return finished
-
-
-def _spread(total: int, parts: int) -> tuple[int, ...]:
-    base, extra = divmod(total, parts)
-    return tuple(base + (1 if i < extra else 0) for i in range(parts))

@@ -71,12 +71,6 @@ def in_partitions(job_partitions: Iterable[str], managed: tuple[str, ...]) -> bo
 # -- jobs ---------------------------------------------------------------------------------
 
 
-def _spread(total: int, parts: int) -> tuple[int, ...]:
-    """``total`` GPUs over ``parts`` nodes as evenly as possible (first nodes get more)."""
-    base, extra = divmod(total, parts)
-    return tuple(base + (1 if i < extra else 0) for i in range(parts))
-
-
 @dataclass(frozen=True, slots=True)
 class GpuShape:
     """A job's GPU request: how many, which type, and the node shape it fixes (if any)."""
@@ -136,7 +130,7 @@ def placement_of(job: SlurmJob, core: Job) -> Placement | None:
         return Placement(job.nodes, tuple(detail))
     if core.gpus_per_node is not None:
         return Placement(job.nodes, (core.gpus_per_node,) * len(job.nodes))
-    return Placement(job.nodes, _spread(core.num_gpus, len(job.nodes)))
+    return Placement.even(job.nodes, core.num_gpus)
 
 
 # -- nodes --------------------------------------------------------------------------------
