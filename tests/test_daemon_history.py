@@ -3,12 +3,21 @@ a real SQLite store written as the daemon writes it, a real RWGP, a real schedul
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from slurm_rl.agents.rwgp.placement import RwgpPlacement
-from slurm_rl.core import Cluster, ClusterSnapshot, Decision, FinishedJob, Job, Placement
+from slurm_rl.core import (
+    Cluster,
+    ClusterSnapshot,
+    Decision,
+    FinishedJob,
+    Job,
+    Placement,
+    SpeedObservation,
+)
 from slurm_rl.daemon.history import PrimedScheduler, stored_history, with_history
 from slurm_rl.daemon.policy import make_policy
 from slurm_rl.daemon.runner import Daemon
@@ -108,3 +117,21 @@ def test_the_placement_belief_lives_across_cycles(tmp_path: Path) -> None:
 def test_gpus_go_evenly_over_the_nodes_when_nothing_says_how_many_each_had() -> None:
     assert Placement.even(("a", "b", "c"), 8) == Placement(("a", "b", "c"), (3, 3, 2))
     assert Placement.even(("a",), 4) == Placement(("a",), (4,))
+
+
+def test_a_drained_node_does_not_reset_what_the_placement_learned() -> None:
+    """The cluster object changes when a node leaves (the source builds a new one); the
+    RWGP carries its belief over instead of starting from the prior."""
+    policy = RwgpPlacement()
+    slow = NODES[0].name
+    readings = tuple(SpeedObservation(NOW - 60 * i, (slow,), "bert", 0.5) for i in range(64))
+    policy.observe(replace(snapshot(), observations=readings))
+    assert policy.model is not None
+    seen = policy.model.readings_seen
+    smaller = Cluster(CLUSTER, NODES[:-1])
+    job = Job("j", NOW, 1, model_family="bert")
+    policy.place(job, tuple(n.gpus for n in NODES[:-1]),
+                 ClusterSnapshot(NOW, smaller, tuple(n.gpus for n in NODES[:-1]), (job,), (), ()))
+    model = policy.model
+    assert model.cluster is smaller and model.readings_seen == seen
+    assert model.predict("bert").mean[0] < 0.8

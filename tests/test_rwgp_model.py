@@ -134,3 +134,25 @@ def test_runtime_readings_find_a_slow_machine_without_measured_speeds() -> None:
     predicted = model.predict("bert").mean[:4]
     assert int(np.argmin(predicted)) == 1
     assert predicted[1] < np.delete(predicted, 1).min() - 0.1
+
+
+def test_a_changed_cluster_keeps_what_was_learned_of_the_nodes_it_still_has() -> None:
+    """A node leaves and another joins (live: drained, or added to the partition): the
+    straggler is still known by name, the newcomer starts at the prior, and the
+    hyperparameters, clock and counts carry over."""
+    cluster = rack_cluster(groups=1, per_group=4)
+    model = RwgpModel(cluster)
+    slow = cluster.nodes[2].name
+    model.observe([SpeedObservation(T0 + i, (slow,), "ncf", 0.6) for i in range(200)])
+    model.flush()
+    newcomer = Node("a100-9-0", "A100", 8, "A100-rack9", 1.0)
+    changed = Cluster("racks", (*cluster.nodes[1:], newcomer))
+    carried = model.carried_to(changed)
+    before, after = model.predict("ncf").mean, carried.predict("ncf").mean
+    assert after[changed.index(slow)] == pytest.approx(before[cluster.index(slow)], abs=0.02)
+    assert after[changed.index(slow)] < 0.75
+    assert after[changed.index(newcomer.name)] > 0.9
+    assert carried.prior.summary() == pytest.approx(model.prior.summary())
+    assert (carried.readings_seen, carried.fits, carried.origin) == (
+        model.readings_seen, model.fits, model.origin)
+    assert len(carried.window) == len(model.window)

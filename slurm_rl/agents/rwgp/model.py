@@ -430,6 +430,29 @@ class RwgpModel:
                 p.copy_(new[name])
         self.belief = SpeedBelief(StatePrior.from_prior(self.prior), 0.0)
 
+    def carried_to(self, cluster: Cluster) -> RwgpModel:
+        """This model on a changed cluster (a node joined, left or changed price): the same
+        hyperparameters, clock and classes, and a belief rebuilt from every reading in the
+        window, waiting or held whose nodes the new cluster still has — a machine's speed is
+        its own, whatever else joined or left. Cost: one :meth:`flush` of up to ``window``
+        readings."""
+        model = RwgpModel(cluster, self.config)
+        model.use_hyperparameters(self.hyperparameters())
+        model.origin, model._now_h = self.origin, self._now_h
+        for name in sorted(self._slots, key=self._slots.__getitem__):
+            model._slot_for(name)
+        names = [node.name for node in self.cluster.nodes]
+        kept = [
+            replace(r, machines=tuple(sorted(cluster.index(names[m]) for m in r.machines)))
+            for r in (*self.window, *self._held, *self._backlog)
+            if all(cluster.has_node(names[m]) for m in r.machines)
+        ]
+        model._backlog.extend(sorted(kept, key=lambda r: r.time_h))
+        model.readings_seen, model.fits, model._next_fit = (
+            self.readings_seen, self.fits, self._next_fit)
+        model.flush()
+        return model
+
     @classmethod
     def load(
         cls, path: str | Path, cluster: Cluster, config: RwgpConfig | None = None

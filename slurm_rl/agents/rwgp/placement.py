@@ -254,19 +254,35 @@ class RwgpPlacement:
             return self.model
         if self.config.threads:
             torch.set_num_threads(self.config.threads)
-        path = self.config.model_path
-        self.model = (
-            RwgpModel.load(Path(path), cluster, self._model_config)
-            if path
-            else RwgpModel(cluster, self._model_config)
-        )
-        if self._hyperparameters is not None:
-            self._use_hyperparameters(self.model, self._hyperparameters)
+        self.model = self._carried(cluster) if self.model is not None else self._fresh(cluster)
         self._nodes = _Nodes.from_cluster(cluster)
         self._speeds.clear()
         self._views.clear()
         self._slow.clear()
         return self.model
+
+    def _fresh(self, cluster: Cluster) -> RwgpModel:
+        path = self.config.model_path
+        model = (
+            RwgpModel.load(Path(path), cluster, self._model_config)
+            if path
+            else RwgpModel(cluster, self._model_config)
+        )
+        if self._hyperparameters is not None:
+            self._use_hyperparameters(model, self._hyperparameters)
+        return model
+
+    def _carried(self, cluster: Cluster) -> RwgpModel:
+        """The belief so far on the changed cluster (live: a node joined, left or changed
+        price); a cluster with none of the old nodes starts afresh."""
+        assert self.model is not None
+        old = self.model
+        if not any(cluster.has_node(node.name) for node in old.cluster.nodes):
+            return self._fresh(cluster)
+        model = old.carried_to(cluster)
+        log.info("cluster changed (%d -> %d nodes): the speed belief keeps %d of %d readings",
+                 len(old.cluster.nodes), len(cluster.nodes), len(model.window), len(old.window))
+        return model
 
     @staticmethod
     def _use_hyperparameters(model: RwgpModel, values: Mapping[str, Any]) -> None:
