@@ -6,13 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import sqlalchemy as sa
+from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from click.testing import CliRunner
 
 from slurm_rl.cli import main
 from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.retrain.cli import retrain_command
 from slurm_rl.retrain.schedule import JOB_TABLE, RETRAIN_JOB, retrain_argv, start_schedule
-from slurm_rl.store.repository import Store
+from slurm_rl.store import migrate
+from slurm_rl.store.repository import Store, make_engine
 
 
 def test_the_schedule_keeps_its_job_in_the_store_coalesced_one_at_a_time(
@@ -97,3 +99,26 @@ def test_parquet_export_needs_pyarrow_else_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert pq.read_table(tmp_path / "out" / "cycles.parquet").num_rows == 0
+
+
+def test_a_store_whose_schedule_table_apscheduler_made_upgrades(tmp_path: Path) -> None:
+    """Stores from before revision 0003 have the table APScheduler created itself; the
+    upgrade adopts it (jobs kept) and the schedule runs on Alembic's table as on its own."""
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine, "0002_retrain_registry")
+    SQLAlchemyJobStore(engine=engine, tablename=JOB_TABLE).start(None, "default")
+    with engine.begin() as connection:
+        connection.execute(sa.text(f"INSERT INTO {JOB_TABLE} VALUES ('old', NULL, x'00')"))
+    migrate.upgrade(engine)
+    with engine.connect() as connection:
+        assert connection.execute(sa.text(f"SELECT id FROM {JOB_TABLE}")).scalar() == "old"
+        connection.execute(sa.text(f"DELETE FROM {JOB_TABLE}"))
+        connection.commit()
+    config = DaemonConfig(state_dir=tmp_path, store_url=url, retrain_every_h=6.0)
+    schedule = start_schedule(config, engine)
+    assert schedule is not None and schedule.scheduler.get_job(RETRAIN_JOB) is not None
+    schedule.shutdown()
+    migrate.downgrade(engine, "0002_retrain_registry")
+    assert not sa.inspect(engine).has_table(JOB_TABLE)
+    engine.dispose()
