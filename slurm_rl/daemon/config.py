@@ -78,6 +78,8 @@ class DaemonConfig(BaseModel):
     retrain_margin: float = Field(default=0.02, ge=0, lt=1)
     # promote only if the candidate's fees are at most this fraction above the current's
     retrain_fee_tolerance: float = Field(default=0.05, ge=0)
+    # ... and if its p99 queue wait is at most this fraction (plus an hour) above the current's
+    retrain_wait_tolerance: float = Field(default=0.5, ge=0)
     retrain_iterations: int = Field(default=10, ge=0)
     retrain_episodes: int = Field(default=4, ge=1)
     retrain_gate_seeds: int = Field(default=3, ge=1)

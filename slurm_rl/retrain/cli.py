@@ -38,6 +38,11 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 @click.option("--fee-tolerance", "fee_tolerance", default=None, type=click.FloatRange(min=0.0),
               help="Promote only if the candidate's fees are at most this fraction above the "
                    "current policy's [default: retrain_fee_tolerance, 0.05].")
+@click.option("--wait-tolerance", "wait_tolerance", default=None,
+              type=click.FloatRange(min=0.0),
+              help="Promote only if the candidate's 99th-percentile queue wait is at most this "
+                   "fraction (plus an hour) above the current policy's [default: "
+                   "retrain_wait_tolerance, 0.5].")
 @click.option("--iterations", default=None, type=click.IntRange(min=0),
               help="PPO fine-tuning iterations [10].")
 @click.option("--episodes", default=None, type=click.IntRange(min=1),
@@ -100,6 +105,7 @@ def settings_from(config: DaemonConfig, options: dict[str, object]) -> RetrainSe
     gate = GateSettings(
         margin=float(str(pick("margin", config.retrain_margin))),
         fee_tolerance=float(str(pick("fee_tolerance", config.retrain_fee_tolerance))),
+        wait_tolerance=float(str(pick("wait_tolerance", config.retrain_wait_tolerance))),
         seeds=int(str(pick("gate_seeds", config.retrain_gate_seeds))),
         cycle_s=float(str(pick("cycle_s", config.interval_s))),
         defer_window_s=float(str(pick("defer_window_s", config.defer_window_s))))

@@ -1,8 +1,12 @@
 """The promotion gate: replay the logged window on the calibrated cluster with the candidate
 and with the current policy, and promote only when the candidate's mean job completion time
 is lower by at least ``margin`` (a fraction: 0.02 = 2 % better), it leaves no more jobs
-unfinished, and its fees are at most ``fee_tolerance`` above the current policy's (0.05: 5 %
-more; on a public cloud a faster schedule that costs much more is not an improvement).
+unfinished, its fees are at most ``fee_tolerance`` above the current policy's (0.05: 5 %
+more; on a public cloud a faster schedule that costs much more is not an improvement), and
+its 99th-percentile queue wait is at most ``wait_tolerance`` above the current's plus
+``wait_slack_s`` (0.5 and one hour: a lower mean bought by leaving a few jobs waiting for
+days is not an improvement either — a learned ordering of this family once did exactly that,
+docs/training.md "Session 15").
 
 Both replays see the same jobs, cluster, machine fluctuation and seeds; the mean is taken
 over ``seeds`` replays (machine fluctuation differs by seed), so one lucky draw does not
@@ -16,8 +20,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from slurm_rl.retrain.calibrate import Calibration
-from slurm_rl.scenario import Scenario, replay
+from slurm_rl.scenario import ReplayResult, Scenario, replay
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
 from slurm_rl.simulator.engine import SimConfig
 from slurm_rl.workloads import open_workload
@@ -39,6 +45,8 @@ class PolicyRef:
 class GateSettings:
     margin: float = 0.02
     fee_tolerance: float = 0.05
+    wait_tolerance: float = 0.5
+    wait_slack_s: float = 3600.0
     seeds: int = 3
     cycle_s: float = 5.0  # the daemon's interval: decisions happen as often as live
     defer_window_s: float = 10.0
@@ -54,14 +62,29 @@ class Verdict:
     candidate: dict[str, Any]
     current: dict[str, Any]
     fee_tolerance: float = 0.05
+    wait_tolerance: float = 0.5
+    wait_slack_s: float = 3600.0
 
     def line(self) -> str:
         word = "better" if self.improvement >= 0 else "worse"
         return (f"candidate mean JCT {self.candidate_jct_s:.1f} s vs current "
                 f"{self.current_jct_s:.1f} s ({abs(self.improvement):.1%} {word}; margin "
                 f"{self.margin:.1%}), fees {_change(self.fee_change)} (tolerance "
-                f"{self.fee_tolerance:.1%}): "
+                f"{self.fee_tolerance:.1%}), p99 wait {self._wait('candidate')} vs "
+                f"{self._wait('current')} (tolerance {self.wait_tolerance:.0%} + "
+                f"{self.wait_slack_s / 3600:g} h): "
                 f"{'promote' if self.promote else 'keep the current policy'}")
+
+    def _wait(self, side: str) -> str:
+        figures = self.candidate if side == "candidate" else self.current
+        return f"{float(figures.get('p99_wait_s', 0.0)) / 3600:.1f} h"
+
+    @property
+    def patient(self) -> bool:
+        """The candidate's p99 queue wait is within the tolerance of the current's."""
+        cand = float(self.candidate.get("p99_wait_s", 0.0))
+        cur = float(self.current.get("p99_wait_s", 0.0))
+        return cand <= cur * (1.0 + self.wait_tolerance) + self.wait_slack_s
 
     @property
     def fee_change(self) -> float:
@@ -74,7 +97,8 @@ class Verdict:
         return {"promote": self.promote, "candidate_jct_s": self.candidate_jct_s,
                 "current_jct_s": self.current_jct_s, "improvement": self.improvement,
                 "margin": self.margin, "fee_change": self.fee_change,
-                "fee_tolerance": self.fee_tolerance, "candidate": self.candidate,
+                "fee_tolerance": self.fee_tolerance, "wait_tolerance": self.wait_tolerance,
+                "wait_slack_s": self.wait_slack_s, "candidate": self.candidate,
                 "current": self.current}
 
 
@@ -97,10 +121,16 @@ def replay_metrics(policy: PolicyRef, scenario: Scenario, seeds: int) -> dict[st
         "avg_jct_s": statistics.mean(r.metrics.avg_jct_s for r in runs),
         "avg_queueing_s": statistics.mean(r.metrics.avg_queueing_s for r in runs),
         "total_fees": statistics.mean(r.metrics.total_fees for r in runs),
+        "p99_wait_s": statistics.mean(_p99_wait(r) for r in runs),
         "jobs": runs[0].metrics.jobs,
         "unfinished_jobs": max(r.unfinished_jobs for r in runs),
         "runs": [round(r.metrics.avg_jct_s, 3) for r in runs],
     }
+
+
+def _p99_wait(result: ReplayResult) -> float:
+    waits = [o.start - o.job.submit_time for o in result.outcomes]
+    return float(np.percentile(waits, 99)) if waits else 0.0
 
 
 def logged_scenario(calibration: Calibration, settings: GateSettings) -> Scenario:
@@ -120,7 +150,8 @@ def judge(candidate: PolicyRef, current: PolicyRef, calibration: Calibration,
     improvement = (cur - cand) / cur if cur > 0 else 0.0
     finished = ours["unfinished_jobs"] <= theirs["unfinished_jobs"]
     verdict = Verdict(False, cand, cur, improvement, settings.margin, ours, theirs,
-                      settings.fee_tolerance)
+                      settings.fee_tolerance, settings.wait_tolerance, settings.wait_slack_s)
     affordable = verdict.fee_change <= settings.fee_tolerance
-    promote = finished and affordable and cand <= cur * (1.0 - settings.margin) and cand < cur
+    faster = cand <= cur * (1.0 - settings.margin) and cand < cur
+    promote = finished and affordable and verdict.patient and faster
     return replace(verdict, promote=promote)

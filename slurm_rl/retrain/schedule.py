@@ -35,6 +35,7 @@ def retrain_argv(config: DaemonConfig) -> list[str]:
             "--policy", config.policy, "--window-days", repr(config.retrain_window_days),
             "--margin", repr(config.retrain_margin),
             "--fee-tolerance", repr(config.retrain_fee_tolerance),
+            "--wait-tolerance", repr(config.retrain_wait_tolerance),
             "--iterations", str(config.retrain_iterations),
             "--episodes", str(config.retrain_episodes),
             "--gate-seeds", str(config.retrain_gate_seeds),

@@ -188,7 +188,7 @@ def test_a_faster_candidate_that_costs_more_than_the_tolerance_is_not_promoted(
     def replayed(policy: PolicyRef, scenario: object, seeds: int) -> dict[str, object]:
         jct, fees = figures[policy.name]
         return {"policy": policy.name, "avg_jct_s": jct, "total_fees": fees,
-                "unfinished_jobs": 0}
+                "unfinished_jobs": 0, "p99_wait_s": 600.0}
 
     monkeypatch.setattr(gate, "logged_scenario", lambda calibration, settings: None)
     monkeypatch.setattr(gate, "replay_metrics", replayed)
@@ -196,6 +196,29 @@ def test_a_faster_candidate_that_costs_more_than_the_tolerance_is_not_promoted(
     dear = judge(candidate, current, None, GATE)  # type: ignore[arg-type]
     assert not dear.promote and dear.improvement == 0.5
     assert dear.fee_change == pytest.approx(0.2)
-    assert "fees +20.0% (tolerance 5.0%): keep the current policy" in dear.line()
+    assert "fees +20.0% (tolerance 5.0%), p99 wait" in dear.line()
+    assert dear.line().endswith("keep the current policy")
     tolerant = judge(candidate, current, None, replace(GATE, fee_tolerance=0.25))  # type: ignore[arg-type]
     assert tolerant.promote and tolerant.as_dict()["fee_tolerance"] == 0.25
+
+
+def test_a_faster_candidate_that_leaves_some_jobs_waiting_for_days_is_not_promoted(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurm_rl.retrain import gate
+
+    waits = {"candidate": 3 * 86400.0, "current": 4 * 3600.0}  # p99 queue wait, s
+
+    def replayed(policy: PolicyRef, scenario: object, seeds: int) -> dict[str, object]:
+        jct = 100.0 if policy.name == "candidate" else 200.0
+        return {"policy": policy.name, "avg_jct_s": jct, "total_fees": 100.0,
+                "unfinished_jobs": 0, "p99_wait_s": waits[policy.name]}
+
+    monkeypatch.setattr(gate, "logged_scenario", lambda calibration, settings: None)
+    monkeypatch.setattr(gate, "replay_metrics", replayed)
+    candidate, current = PolicyRef("candidate"), PolicyRef("current")
+    starving = judge(candidate, current, None, GATE)  # type: ignore[arg-type]
+    assert not starving.promote and starving.improvement == 0.5
+    assert "p99 wait 72.0 h vs 4.0 h (tolerance 50% + 1 h)" in starving.line()
+    waits["candidate"] = 4 * 3600.0 * 1.5 + 3600.0  # at the limit
+    assert judge(candidate, current, None, GATE).promote  # type: ignore[arg-type]
