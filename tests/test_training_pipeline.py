@@ -76,6 +76,9 @@ def test_evaluate_reports_every_policy_and_a_verdict(trained: Path, tmp_path: Pa
         assert len(each) == 2 and policy["avg_jct_h"] == pytest.approx(sum(each) / 2)
     for row in verdict["rows"]:
         assert len(row["jct_gain_per_replica"]) == 2
+    fastest = min(p["avg_jct_h"] for p in verdict["policies"])
+    assert 0 < verdict["jct_lower_bound_h"] <= fastest  # no policy beats the bound
+    assert "avg JCT lower bound" in (tmp_path / "report" / "evaluation.md").read_text()
     report = (tmp_path / "report" / "report.md").read_text()
     for label in ("sjf-oracle+fastest-gpu", "dual-agent", "ordering-agent-only",
                   "placement-agent-only", "no-communication"):
