@@ -27,7 +27,7 @@ from slurm_rl.slurm.devcluster import free_base_port
 from slurm_rl.slurm.records import SlurmJob
 from slurm_rl.store.models import DecisionRow
 from tests.slurm.fakes import fixture_text
-from tests.test_daemon import NOW, ROLES, _cluster, _config
+from tests.test_daemon import NOW, ROLES, Clock, _cluster, _config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -119,7 +119,7 @@ def test_decisions_are_json_lines_and_store_reasons_and_before_values(
 def test_metrics_are_served_on_localhost_only(tmp_path: Path) -> None:
     port = free_base_port(1, start=19600)
     config = _config(tmp_path, metrics_port=port)
-    daemon = Daemon(lambda: config, runner=_cluster())
+    daemon = Daemon(lambda: config, runner=_cluster(), clock=Clock())
     try:
         daemon.metrics.serve(config.metrics_address, config.metrics_port)
         daemon.run_once()
@@ -128,6 +128,10 @@ def test_metrics_are_served_on_localhost_only(tmp_path: Path) -> None:
     finally:
         daemon.close(retire=False)
     assert "slurm_rl_cycle_duration_seconds_count 1.0" in text
+    # the recorded jobs were submitted a minute or so before NOW, the daemon's clock
+    oldest = next(line for line in text.splitlines()
+                  if line.startswith("slurm_rl_oldest_pending_wait_seconds "))
+    assert 60.0 <= float(oldest.split()[1]) < 3600.0
     assert config.metrics_address == "127.0.0.1"
 
 

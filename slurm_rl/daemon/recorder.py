@@ -91,6 +91,7 @@ class CycleSummary:
     recorded_actions: int
     actions: Mapping[str, int] = field(default_factory=dict)  # stored rows by action
     job_errors: Mapping[str, int] = field(default_factory=dict)  # scontrol errors by kind
+    oldest_wait_s: float = 0.0  # how long the longest-waiting pending job has waited
 
 
 class StoreRecorder:
@@ -234,6 +235,7 @@ def _summary(
         recorded_actions=len(recorded),
         actions=dict(Counter(r.action for r in recorded)),
         job_errors=dict(Counter(o.error_kind for o in outcomes if o.error)),
+        oldest_wait_s=max((snapshot.time - j.submit_time for j in snapshot.pending), default=0.0),
     )
 
 

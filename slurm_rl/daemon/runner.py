@@ -358,7 +358,8 @@ class Daemon:
             _log_summary(self.cycles, parts.config, summary, duration)
             self.metrics.healthy(duration, self._clock(), summary.pending, summary.running,
                                  summary.actions, summary.job_errors,
-                                 Counter(parts.source.set_aside.values()))
+                                 Counter(parts.source.set_aside.values()),
+                                 summary.oldest_wait_s)
         return CycleResult(True, duration, summary)
 
     # -- the loop ------------------------------------------------------------------------

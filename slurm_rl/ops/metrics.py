@@ -9,6 +9,9 @@ another daemon's metrics in the same process. Names follow Prometheus convention
 * ``slurm_rl_slurm_errors_total{kind}``: Slurm calls that failed (timeout, unreachable,
   output, command; per-job scontrol answers: vanished, permission, rejected);
 * ``slurm_rl_pending_jobs``, ``slurm_rl_running_jobs`` (gauges, from the last healthy cycle);
+* ``slurm_rl_oldest_pending_wait_seconds``: how long the longest-waiting job slurm-rl orders
+  has been pending (alert on it: a learned ordering can starve jobs; the ordering agent's
+  guard puts a job first after 168 h, docs/ordering-agent.md);
 * ``slurm_rl_active_model_info{policy,version}`` (1 for what decides now);
 * ``slurm_rl_last_healthy_cycle_timestamp_seconds``.
 """
@@ -65,6 +68,9 @@ class DaemonMetrics:
                                ["waits_on"], registry=r)
         self.running = Gauge("slurm_rl_running_jobs", "Running jobs in managed partitions",
                              registry=r)
+        self.oldest_wait = Gauge("slurm_rl_oldest_pending_wait_seconds", "How long the "
+                                 "longest-waiting pending job slurm-rl orders has waited",
+                                 registry=r)
         self.model = Gauge("slurm_rl_active_model_info", "The policy (and bundle version) "
                            "that decides now", ["policy", "version"], registry=r)
         self.last_healthy = Gauge("slurm_rl_last_healthy_cycle_timestamp_seconds",
@@ -95,10 +101,11 @@ class DaemonMetrics:
 
     def healthy(self, duration_s: float, now: float, pending: int, running: int,
                 actions: Mapping[str, int], job_errors: Mapping[str, int],
-                set_aside: Mapping[str, int] | None = None) -> None:
+                set_aside: Mapping[str, int] | None = None, oldest_wait_s: float = 0.0) -> None:
         self.cycles.labels(result="healthy").inc()
         self.cycle_duration.observe(duration_s)
         self.pending.set(pending)
+        self.oldest_wait.set(oldest_wait_s)
         for kind in WAIT_KINDS:
             self.set_aside.labels(waits_on=kind).set((set_aside or {}).get(kind, 0))
         self.running.set(running)
