@@ -119,8 +119,8 @@ def test_gpus_go_evenly_over_the_nodes_when_nothing_says_how_many_each_had() -> 
     assert Placement.even(("a",), 4) == Placement(("a",), (4,))
 
 
-def test_a_drained_node_does_not_reset_what_the_placement_learned() -> None:
-    """The cluster object changes when a node leaves (the source builds a new one); the
+def test_a_node_leaving_the_partition_does_not_reset_what_the_placement_learned() -> None:
+    """The cluster object changes when a node leaves the partition (a drained one stays); the
     RWGP carries its belief over instead of starting from the prior."""
     policy = RwgpPlacement()
     slow = NODES[0].name

@@ -137,7 +137,7 @@ def test_runtime_readings_find_a_slow_machine_without_measured_speeds() -> None:
 
 
 def test_a_changed_cluster_keeps_what_was_learned_of_the_nodes_it_still_has() -> None:
-    """A node leaves and another joins (live: drained, or added to the partition): the
+    """A node leaves and another joins (live: taken out of the partition, or added): the
     straggler is still known by name, the newcomer starts at the prior, and the
     hyperparameters, clock and counts carry over."""
     cluster = rack_cluster(groups=1, per_group=4)
