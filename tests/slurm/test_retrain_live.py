@@ -7,6 +7,8 @@ version in the running daemon."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -30,10 +32,11 @@ from tests.slurm.test_daemon_live import CLUSTER, REPO, _daemon
 pytestmark = pytest.mark.slurm
 
 SHORT, LONG = "sleep 1", "sleep 6"
+BLOCKER = "sleep 12"  # long enough for the burst to be submitted behind it on a slow machine
 
 
 def _wait(live: LiveCluster, daemon: Daemon, done: Callable[[], bool], what: str,
-          timeout_s: float) -> None:
+          timeout_s: float, every_s: float = 0.25) -> None:
     """Wait while the daemon's own loop (a thread here) cycles."""
     deadline = time.monotonic() + timeout_s
     while not done():
@@ -41,7 +44,7 @@ def _wait(live: LiveCluster, daemon: Daemon, done: Callable[[], bool], what: str
             queue = live.run("squeue", "-h", "-t", "all", "-o", "%i %u %T %r %N").stdout
             raise AssertionError(f"timed out waiting for {what}; outcomes stored: "
                                  f"{daemon.store.count(OutcomeRow)}; squeue:\n{queue}")
-        time.sleep(0.25)
+        time.sleep(every_s)
 
 
 def _running(daemon: Daemon, version: int) -> Callable[[], bool]:
@@ -55,9 +58,46 @@ def _ended(daemon: Daemon, jobs: list[str]) -> bool:
 
 
 def _finished_run(daemon: Daemon) -> RetrainRunRow | None:
+    row = _latest_run(daemon)
+    return row if row is not None and row.status != "running" else None
+
+
+def _latest_run(daemon: Daemon) -> RetrainRunRow | None:
     with Session(daemon.store.engine) as session:
-        row = session.scalars(select(RetrainRunRow).order_by(RetrainRunRow.id.desc())).first()
-        return row if row is not None and row.status != "running" else None
+        return session.scalars(select(RetrainRunRow).order_by(RetrainRunRow.id.desc())).first()
+
+
+def _wait_for_training(live: LiveCluster, daemon: Daemon) -> RetrainRunRow:
+    """The retrain run just after it stored its row (polled often: it trains for ~1 s)."""
+    found: list[RetrainRunRow] = []
+
+    def running() -> bool:
+        row = _latest_run(daemon)
+        if row is not None and row.status == "running":
+            found.append(row)
+        return bool(found)
+
+    _wait(live, daemon, running, "the retrain process to start", 60, every_s=0.02)
+    return found[0]
+
+
+def _cycles_while_frozen(live: LiveCluster, daemon: Daemon, pid: int) -> int:
+    """Freeze the retrain process (SIGSTOP) and count the decision loop's cycles meanwhile: a
+    retrain that takes long must not stall scheduling. It is frozen right after storing its
+    row, while it reads and trains (its next write is the candidate's registration), so it
+    holds no store lock the loop waits on."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        before = daemon.cycles
+        _wait(live, daemon, lambda: daemon.cycles >= before + 2,
+              "the loop to cycle while the retrain is frozen", 30)
+        return daemon.cycles - before
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def _all_running(live: LiveCluster, jobs: list[str]) -> bool:
+    return all(live.job(job_id).state == "RUNNING" for job_id in jobs)
 
 
 def _submit(live: LiveCluster, user: str, script: str) -> str:
@@ -82,32 +122,39 @@ def test_retrain_promotes_a_better_candidate_not_a_worse_one_and_rolls_back(
         _wait(live, daemon, _running(daemon, v1), "the daemon to run v1", 15)
         _wait(live, daemon, lambda: daemon.schedule is not None, "the retrain schedule", 15)
 
-        # Real jobs: first some history (alice's jobs are short, bob's long), then a burst
-        # of whole-node jobs that queue for the four a100 nodes.
+        # Real jobs: first some history (alice's jobs are short, bob's long); then bob's
+        # blockers take the four a100 nodes and a burst of whole-node jobs queues behind them,
+        # so that the burst's order matters in the replay however slowly sbatch returns (when
+        # the burst's long jobs were submitted a second before its short ones onto free
+        # nodes, no order could do better and the gate rightly saw no difference).
         first = [_submit(live, user, script) for user, script in
                  [("alice", SHORT), ("alice", SHORT), ("bob", LONG), ("bob", LONG)]]
         _wait(live, daemon, lambda: _ended(daemon, first), "the first outcomes", 60)
+        blockers = [_submit(live, "bob", BLOCKER) for _ in range(4)]
+        _wait(live, daemon, lambda: _all_running(live, blockers), "the blockers to run", 60)
         burst = [_submit(live, user, script)
                  for user, script in [("bob", LONG)] * 4 + [("alice", SHORT)] * 8]
-        _wait(live, daemon, lambda: _ended(daemon, burst), "the burst's outcomes", 120)
+        _wait(live, daemon, lambda: _ended(daemon, blockers + burst), "the burst's outcomes",
+              120)
         with Session(daemon.store.engine) as session:
             assert len(session.scalars(select(NodeRow)).all()) == 8  # 4 a100 + 4 v100
 
         # The daemon's scheduled retrain (its job in the store's apscheduler_jobs), run now;
         # it trains in its own process while the decision loop keeps cycling.
         assert daemon.schedule is not None
-        cycles = daemon.cycles
         daemon.schedule.run_now()
+        training = _wait_for_training(live, daemon)
+        assert training.pid is not None and training.pid != os.getpid()
+        cycles = _cycles_while_frozen(live, daemon, training.pid)
         _wait(live, daemon, lambda: _finished_run(daemon) is not None, "the retrain", 300)
         run = _finished_run(daemon)
         assert run is not None and run.status == "promoted", run.message if run else None
-        print(run.message, f"({daemon.cycles - cycles} daemon cycles meanwhile)")
-        assert daemon.cycles - cycles >= 2  # the loop was not blocked by training
+        print(run.message, f"({cycles} daemon cycles while the retrain was frozen)")
         v2 = run.candidate_version
         assert v2 is not None and registry.active_number() == v2
         gate = registry.get(v2).metrics["gate"]
         assert isinstance(gate, dict) and gate["improvement"] >= 0.05
-        assert registry.get(v2).base_version == v1 and registry.get(v2).window_jobs == 16
+        assert registry.get(v2).base_version == v1 and registry.get(v2).window_jobs == 20
         _wait(live, daemon, _running(daemon, v2), "the daemon to run v2", 10)
 
         # A worse candidate, judged by the one-shot command (as cron would run it).
