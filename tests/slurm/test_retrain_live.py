@@ -32,7 +32,6 @@ from tests.slurm.test_daemon_live import CLUSTER, REPO, _daemon
 pytestmark = pytest.mark.slurm
 
 SHORT, LONG = "sleep 1", "sleep 6"
-BLOCKER = "sleep 12"  # long enough for the burst to be submitted behind it on a slow machine
 
 
 def _wait(live: LiveCluster, daemon: Daemon, done: Callable[[], bool], what: str,
@@ -123,17 +122,20 @@ def test_retrain_promotes_a_better_candidate_not_a_worse_one_and_rolls_back(
         _wait(live, daemon, lambda: daemon.schedule is not None, "the retrain schedule", 15)
 
         # Real jobs: first some history (alice's jobs are short, bob's long); then bob's
-        # blockers take the four a100 nodes and a burst of whole-node jobs queues behind them,
-        # so that the burst's order matters in the replay however slowly sbatch returns (when
-        # the burst's long jobs were submitted a second before its short ones onto free
-        # nodes, no order could do better and the gate rightly saw no difference).
+        # blockers hold the four a100 nodes until a burst of whole-node jobs is queued behind
+        # them, so that the burst's order matters in the replay however slowly sbatch returns
+        # (when the burst's long jobs got free nodes a second before its short ones were
+        # submitted, no order could do better and the gate rightly saw no difference).
         first = [_submit(live, user, script) for user, script in
                  [("alice", SHORT), ("alice", SHORT), ("bob", LONG), ("bob", LONG)]]
         _wait(live, daemon, lambda: _ended(daemon, first), "the first outcomes", 60)
-        blockers = [_submit(live, "bob", BLOCKER) for _ in range(4)]
+        go = Path(live.jobs_dir) / f"go-{tmp_path.name}"  # the blockers end once it exists
+        blocker = f"while [ ! -e {go} ]; do sleep 0.2; done; sleep 1"
+        blockers = [_submit(live, "bob", blocker) for _ in range(4)]
         _wait(live, daemon, lambda: _all_running(live, blockers), "the blockers to run", 60)
         burst = [_submit(live, user, script)
                  for user, script in [("bob", LONG)] * 4 + [("alice", SHORT)] * 8]
+        go.touch()
         _wait(live, daemon, lambda: _ended(daemon, blockers + burst), "the burst's outcomes",
               120)
         with Session(daemon.store.engine) as session:
