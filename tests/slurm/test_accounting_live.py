@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
+from slurm_rl.core import FinishedJob
 from slurm_rl.daemon.accounting import FIELDS, AccountingReader
 from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.daemon.runner import Daemon
@@ -49,15 +50,21 @@ def test_sacct_outcomes_are_squeues(operator_cluster: tuple[DevCluster, LiveClus
         for job_id in (*jobs.values(), stranger):
             live.wait_for(lambda j=job_id: live.job(j).state in ("COMPLETED", "FAILED"),
                           f"job {job_id} ended", 30.0)
-        time.sleep(2)  # slurmctld hands the end records to slurmdbd
         assert daemon.run_once().ok  # squeue still shows them: their outcomes, source squeue
         store = daemon.store
         squeue = {k: store.outcome_for("opc", j) for k, j in jobs.items()}
         assert all(o is not None and o.source == "squeue" for o in squeue.values())
         with Session(store.engine) as session, session.begin():
             session.execute(delete(OutcomeRow))  # as if the daemon had been down meanwhile
-        reader = AccountingReader(live.runner)
-        found = {done.job.job_id: done for done in reader.read(store, "opc", time.time())}
+        found: dict[str, FinishedJob] = {}
+
+        def all_recorded() -> bool:  # slurmctld hands end records to slurmdbd in its own time
+            reader = AccountingReader(live.runner)  # a fresh one: a reader reads once a minute
+            found.clear()
+            found.update({d.job.job_id: d for d in reader.read(store, "opc", time.time())})
+            return set(jobs.values()) <= set(found)
+
+        live.wait_for(all_recorded, "slurmdbd to hold both end records", 30.0, every_s=1.0)
         assert set(found) == set(jobs.values())  # not the job the daemon never decided
         for kind, job_id in jobs.items():
             done, seen = found[job_id], squeue[kind]

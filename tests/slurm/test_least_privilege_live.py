@@ -94,7 +94,7 @@ def test_the_daemon_as_slurmuser_places_jobs_without_root(slurm_user_cluster) ->
     assert f"SlurmUser               = {SLURM_USER}(" in shown
     live.beat()
     shutil.chown(cluster.heartbeat_path, SLURM_USER, SLURM_USER)
-    job = live.sbatch("alice", "--gres=gpu:a100:2", "-t", "5", script="sleep 2")
+    job = live.sbatch("alice", "--gres=gpu:a100:2", "-t", "5", script="sleep 30")
     assert deferral.deferred_until(live.job(job).admin_comment) is not None
     state = _state_dir(SLURM_USER)
     try:
@@ -115,7 +115,7 @@ def test_the_daemon_as_slurmuser_places_jobs_without_root(slurm_user_cluster) ->
 def test_an_ordinary_user_is_refused_recorded_and_told_the_fix(slurm_user_cluster) -> None:
     cluster, live = slurm_user_cluster
     live.beat()
-    job = live.sbatch("alice", "--gres=gpu:a100:2", "-t", "5", script="sleep 2")
+    job = live.sbatch("alice", "--gres=gpu:a100:2", "-t", "5", script="sleep 30")
     state = _state_dir("bob")
     try:  # bob may not write SlurmUser's heartbeat either: his own file stands in for it
         ran = _as("bob", cluster, state, "slurm_rl.daemon", "--once", heartbeat=state / "beat")

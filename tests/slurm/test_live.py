@@ -118,7 +118,9 @@ def test_without_a_fresh_heartbeat_nothing_is_deferred(live: LiveCluster) -> Non
 def test_a_users_own_begin_time_is_left_alone(live: LiveCluster) -> None:
     job = live.job(live.sbatch("bob", "--gres=gpu:v100:1", "--begin=now+2", "-t", "10"))
     assert job.admin_comment == "" and job.reason == "BeginTime"
-    assert job.submit_time is not None and job.eligible_time == job.submit_time + 2
+    # sbatch reads "now" before slurmctld stamps the submit time: a second may pass between.
+    assert job.submit_time is not None and job.eligible_time is not None
+    assert job.submit_time + 1 <= job.eligible_time <= job.submit_time + 2
 
 
 def test_a_deferred_job_nobody_acts_on_starts_when_its_window_ends(live: LiveCluster) -> None:
@@ -187,7 +189,7 @@ def test_finished_jobs_are_reported_once_with_their_nodes(live: LiveCluster) -> 
     node = _nodes(snap, "v100")[0]
     decision = Decision("test", (job_id,), {job_id: Placement((node,), (1,))})
     _actuator(live, source, Mode.ENFORCE).apply(decision)
-    live.wait_state(job_id, "COMPLETED", timeout_s=SCHED_SLACK_S + 2)
+    live.wait_state(job_id, "COMPLETED", timeout_s=30)
     finished = {f.job.job_id: f for f in source.snapshot().finished}
     assert finished[job_id].placement == Placement((node,), (1,))
     assert (finished[job_id].state, finished[job_id].exit_code) == ("COMPLETED", 0)

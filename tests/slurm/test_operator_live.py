@@ -204,7 +204,7 @@ def test_an_operator_account_steers_other_users_jobs_without_root(operator_clust
     shown = live.run("sacctmgr", "-n", "-P", "show", "user", OPERATOR, "format=adminlevel")
     assert shown.stdout.strip() == "Operator", shown.stderr
     live.beat()
-    job = live.sbatch("alice", "--gres=gpu:a100:2", "-t", "5", script="sleep 2")
+    job = live.sbatch("alice", "--gres=gpu:a100:2", "-t", "5", script="sleep 30")
     assert deferral.deferred_until(live.job(job).admin_comment) is not None
     state = Path(tempfile.mkdtemp(prefix="slurm-rl-op-bob-"))
     shutil.chown(state, OPERATOR, OPERATOR)
