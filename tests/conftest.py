@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +81,12 @@ def pg_server() -> Iterator[pg.PgServer]:
 def pg_url(pg_server: pg.PgServer) -> str:
     """A fresh, empty database on the session's PostgreSQL server."""
     return pg_server.url(pg_server.create_database())
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store URL on each backend: a SQLite file not made yet, or an empty PostgreSQL
+    database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.sqlite'}"
+    return str(request.getfixturevalue("pg_url"))

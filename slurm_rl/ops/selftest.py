@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import click
+from sqlalchemy.exc import SQLAlchemyError
 
 from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.errors import SlurmRLError
@@ -28,6 +29,8 @@ from slurm_rl.ops.common import load, open_store, safe
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.proc import Runner, make_runner
 from slurm_rl.slurm.source import in_partitions
+from slurm_rl.store import migrate
+from slurm_rl.store.repository import Store
 
 DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
 
@@ -166,21 +169,53 @@ def check_permission(client: CliSlurmClient, runner: Runner, pending: list[str])
 
 
 def check_store(config: DaemonConfig) -> Check:
+    """The store opens, or the daemon can make it at its first start: a fresh install (the
+    systemd unit runs this check before the daemon's first start) has no store yet."""
+    missing = _missing_sqlite_file(config.store)
+    if missing is not None:
+        return _creatable(missing)
     try:
         store = open_store(config)
     except SlurmRLError as exc:
         return Check("store", False, f"{exc}; fix: check store_url and state_dir permissions")
     try:
-        from slurm_rl.store.models import CycleRow
-
-        cycles = store.count(CycleRow)
-    except Exception as exc:  # a store without our tables yet is a fix, not a crash
-        first = (str(exc).splitlines() or [""])[0]
-        return Check("store", False, f"{first}; fix: start the daemon once (it migrates)")
+        return _schema_state(store)
     finally:
         store.engine.dispose()
-    return Check("store", True, f"{store.engine.url.render_as_string(hide_password=True)}: "
-                 f"{cycles} cycles stored")
+
+
+def _missing_sqlite_file(url: str) -> Path | None:
+    path = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+    return path if path is not None and not path.exists() else None
+
+
+def _creatable(path: Path) -> Check:
+    folder, me = path.parent, pwd.getpwuid(os.geteuid()).pw_name
+    if folder.is_dir() and os.access(folder, os.W_OK | os.X_OK):
+        return Check("store", True, f"no store yet; the daemon creates {path} at its first start")
+    return Check("store", False, f"cannot create {path}: {folder} is not a directory {me} may "
+                 "write; fix: create it for the daemon's user (the systemd unit's "
+                 "StateDirectory= does) or set state_dir / store_url")
+
+
+def _schema_state(store: Store) -> Check:
+    from slurm_rl.store.models import CycleRow
+
+    url = store.engine.url.render_as_string(hide_password=True)
+    try:
+        current, head = migrate.revisions(store.engine)
+        if current is None:
+            return Check("store", True, f"{url}: no slurm-rl tables yet; the daemon creates "
+                         "them at its first start")
+        if current != head:
+            return Check("store", True, f"{url}: schema {current}; the daemon upgrades it to "
+                         f"{head} at start")
+        cycles = store.count(CycleRow)
+    except SQLAlchemyError as exc:
+        first = (str(getattr(exc, "orig", None) or exc).splitlines() or [""])[0]
+        return Check("store", False, f"{url}: {first}; fix: check the database and the "
+                     "daemon user's rights on it")
+    return Check("store", True, f"{url}: {cycles} cycles stored")
 
 
 def check_model(config: DaemonConfig) -> Check:

@@ -11,8 +11,6 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import exists, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -68,10 +66,8 @@ class LoggedWindow:
 def check_schema(engine: Engine) -> None:
     """Skip (never upgrade) a store at an older schema: a daemon of the older release may be
     writing to it."""
-    head = ScriptDirectory.from_config(migrate.alembic_config(engine)).get_current_head()
     try:
-        with engine.connect() as connection:
-            current = MigrationContext.configure(connection).get_current_revision()
+        current, head = migrate.revisions(engine)
     except SQLAlchemyError as exc:
         raise RetrainSkipped(f"store not readable: {str(exc).splitlines()[0]}") from exc
     if current != head:

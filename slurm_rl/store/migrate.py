@@ -7,6 +7,8 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -34,3 +36,12 @@ def downgrade(engine: Engine, revision: str) -> None:
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.downgrade(config, revision)
+
+
+def revisions(engine: Engine) -> tuple[str | None, str]:
+    """The store's schema revision (None: no slurm-rl schema yet) and this release's head.
+    Reads only; raises SQLAlchemyError when the store cannot be read."""
+    head = ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
+    with engine.connect() as connection:
+        current = MigrationContext.configure(connection).get_current_revision()
+    return current, str(head)

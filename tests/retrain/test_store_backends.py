@@ -28,11 +28,9 @@ TABLES = {"cycles", "jobs", "decisions", "outcomes", "nodes", "model_versions",
           "model_events", "retrain_runs", "apscheduler_jobs"}
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'store.sqlite'}"
-    return str(request.getfixturevalue("pg_url"))
+@pytest.fixture
+def url(store_url: str) -> str:
+    return store_url
 
 
 def test_alembic_upgrade_and_downgrade(url: str) -> None:
