@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_DIR = PACKAGE_DIR.parent
 DATA_DIR = PACKAGE_DIR / "data"
+# Where an installed wheel puts the files the project ships beside the package (pyproject's
+# data-files): the default policy bundles, the cluster specs and the job_submit plugin.
+SHARE_DIR = Path(sys.prefix) / "share" / "slurm-rl"
+
+
+def shipped(relative: str) -> Path:
+    """A file the project ships beside the package (``policies/default``,
+    ``sim/clusters``, ``plugins/job_submit.lua``): in the checkout, else where an installed
+    wheel put it (``<prefix>/share/slurm-rl``); the checkout's path when neither has it."""
+    in_checkout = REPO_DIR / relative
+    installed = SHARE_DIR / relative
+    return installed if not in_checkout.exists() and installed.exists() else in_checkout
 
 
 def shared_dir() -> Path:

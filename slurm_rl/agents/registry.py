@@ -14,7 +14,7 @@ from slurm_rl.agents.placement_baselines import (
     RandomFit,
 )
 from slurm_rl.errors import UnknownNameError
-from slurm_rl.paths import REPO_DIR
+from slurm_rl.paths import shipped
 from slurm_rl.scheduler import Scheduler, Walk
 
 ORDERING: dict[str, Callable[[], OrderingPolicy]] = {
@@ -70,7 +70,7 @@ def baseline_names() -> list[str]:
 
 
 def _default_bundle_exists() -> bool:
-    return (REPO_DIR / "policies" / "default" / "meta.json").exists()
+    return (shipped("policies/default") / "meta.json").exists()
 
 
 def is_learned(name: str) -> bool:

@@ -38,9 +38,9 @@ def model_version(policy: str, bundle: Path | None, learned: bool) -> str:
     so a retrain that goes live by SIGHUP shows as a new version."""
     if not learned:
         return "builtin"
-    from slurm_rl.paths import REPO_DIR
+    from slurm_rl.agents.ordering.agent import default_bundle_path
 
-    weights = (bundle or REPO_DIR / "policies" / "default") / "weights.pt"
+    weights = (bundle or default_bundle_path()) / "weights.pt"
     try:
         digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
     except OSError:

@@ -41,11 +41,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from slurm_rl.core import Cluster, FrozenDict, Node
 from slurm_rl.errors import InputError, UnknownNameError
-from slurm_rl.paths import REPO_DIR
+from slurm_rl.paths import shipped
 from slurm_rl.simulator.fluctuation import FluctuationConfig
 from slurm_rl.simulator.perfmodel import PerformanceModel
 
-SPEC_DIR = REPO_DIR / "sim" / "clusters"
+SPEC_DIR = shipped("sim/clusters")
 _NODE_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 _GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _TOML_LINE = re.compile(r"at line (\d+)")

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_rl.paths import REPO_DIR
+from slurm_rl.paths import shipped
 
 CONF_NAME = "job_submit_slurm_rl.conf"
 PLUGIN_NAME = "job_submit.lua"
@@ -20,8 +20,8 @@ DEFERRAL_TAG = "slurm-rl:deferred:"
 
 
 def plugin_source() -> Path:
-    """The plugin shipped in this checkout (``plugins/job_submit.lua``)."""
-    return REPO_DIR / "plugins" / PLUGIN_NAME
+    """The plugin the project ships (``plugins/job_submit.lua``)."""
+    return shipped(f"plugins/{PLUGIN_NAME}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ from slurm_rl.agents.placement_baselines import BestFit, FastestGpuFirst
 from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
 from slurm_rl.core import ClusterSnapshot
 from slurm_rl.errors import SlurmRLError, UnknownNameError
-from slurm_rl.paths import REPO_DIR
+from slurm_rl.paths import shipped
 from slurm_rl.scheduler import Scheduler
 
 BUNDLE_FORMAT = "slurm-rl-policy-bundle/1"
@@ -65,7 +65,7 @@ class BundleError(SlurmRLError):
 
 
 def default_bundle_path() -> Path:
-    return REPO_DIR / "policies" / "default"
+    return shipped("policies/default")
 
 
 def network_config(hidden: int = 64, pace_sharpness: float = 0.0,
