@@ -54,6 +54,9 @@ class DaemonConfig(BaseModel):
     defer_window_s: int = Field(default=10, ge=1)
     defer_extension_s: float = Field(default=30.0, gt=0)
     defer_cap_s: float = Field(default=600.0, ge=0)
+    # the lowest Priority the daemon gives the last job it ranks; above the site's largest
+    # multifactor priority, ranked jobs go before unranked ones (docs/slurm.md)
+    priority_floor: int = Field(default=1000, ge=1)
     # Move running jobs that opted in (docs/daemon.md); off unless the admin turns it on.
     migrate: bool = False
     max_migrations_per_cycle: int = Field(default=2, ge=1)
@@ -197,6 +200,17 @@ def config_path(given: Path | None, environ: Mapping[str, str] | None = None) ->
     if environ.get(CONFIG_PATH_ENV):
         return Path(environ[CONFIG_PATH_ENV])
     return DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.is_file() else None
+
+
+def store_command_config(given: Path | None, store_url: str | None) -> DaemonConfig:
+    """The config a store command (retrain, models, export) acts on, found as the daemon
+    finds its own (``--config``, ``$SLURM_RL_CONFIG``, the site file); ``--store`` overrides
+    its store. Without any of them there is no store to act on."""
+    path = config_path(given)
+    if path is None and store_url is None:
+        raise InputError(f"give --store URL or --config FILE (the daemon's store); neither "
+                         f"${CONFIG_PATH_ENV} nor {DEFAULT_CONFIG_PATH} names one")
+    return load_config(path, {"store_url": store_url})
 
 
 def layers(
