@@ -109,7 +109,8 @@ def _write_parquet(path: Path, columns: list[str], rows: Iterator[dict[str, Any]
 @click.command("export")
 @click.option("--config", "config_path", default=None,
               type=click.Path(dir_okay=False, path_type=Path),
-              help="The daemon's TOML file (its store).")
+              help="The daemon's TOML file (its store) "
+                   "[$SLURM_RL_CONFIG, else /etc/slurm-rl/slurm-rl.toml when there].")
 @click.option("--store", "store_url", default=None, help="SQLAlchemy URL of the store.")
 @click.option("--since", required=True,
               help="From this time: 2026-11-01, 2026-11-01T12:00, 7d, 12h, or epoch seconds.")
@@ -121,7 +122,7 @@ def _write_parquet(path: Path, columns: list[str], rows: Iterator[dict[str, Any]
 def export_command(config_path: Path | None, store_url: str | None, since: str, fmt: str,
                    output: Path, tables: str) -> None:
     """Export cycles, jobs, decisions and outcomes since a time to CSV or Parquet."""
-    from slurm_rl.daemon.config import load_config
+    from slurm_rl.daemon.config import store_command_config
     from slurm_rl.store.repository import make_engine
 
     chosen = [t.strip() for t in tables.split(",") if t.strip()]
@@ -135,9 +136,7 @@ def export_command(config_path: Path | None, store_url: str | None, since: str, 
         except ImportError:
             raise InputError("--format parquet needs pyarrow: pip install 'slurm-rl[export]' "
                              "(or use --format csv)") from None
-    if config_path is None and store_url is None:
-        raise InputError("give --store URL or --config FILE (the daemon's store)")
-    config = load_config(config_path, {"store_url": store_url})
+    config = store_command_config(config_path, store_url)
     engine = make_engine(config.store)
     try:
         counts = export(engine, parse_since(since), output, fmt, chosen)

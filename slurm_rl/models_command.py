@@ -17,18 +17,17 @@ _store = click.option("--store", "store_url", default=None,
                       help="SQLAlchemy URL of the store [the --config file's].")
 _config = click.option("--config", "config_path", default=None,
                        type=click.Path(dir_okay=False, path_type=Path),
-                       help="The daemon's TOML file (its [daemon] store settings).")
+                       help="The daemon's TOML file (its [daemon] store settings) "
+                       "[$SLURM_RL_CONFIG, else /etc/slurm-rl/slurm-rl.toml when there].")
 
 
 def _registry(config_path: Path | None, store_url: str | None) -> object:
-    from slurm_rl.daemon.config import load_config
+    from slurm_rl.daemon.config import store_command_config
     from slurm_rl.retrain.window import RetrainSkipped, check_schema
     from slurm_rl.store.registry import ModelRegistry
     from slurm_rl.store.repository import make_engine
 
-    if config_path is None and store_url is None:
-        raise InputError("give --store URL or --config FILE (the daemon's store)")
-    config = load_config(config_path, {"store_url": store_url})
+    config = store_command_config(config_path, store_url)
     engine = make_engine(config.store)
     try:
         check_schema(engine)

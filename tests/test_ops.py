@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 import urllib.request
+from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,7 @@ from slurm_rl.errors import InputError
 from slurm_rl.ops import reasons
 from slurm_rl.ops.explain import explanation, find_job, render
 from slurm_rl.ops.revert import changes, parse_since, record, restore_fields, revert
+from slurm_rl.retrain.schedule import RETENTION_JOB, RETRAIN_JOB
 from slurm_rl.scheduler import Scheduler
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.devcluster import free_base_port
@@ -133,6 +138,43 @@ def test_metrics_are_served_on_localhost_only(tmp_path: Path) -> None:
                   if line.startswith("slurm_rl_oldest_pending_wait_seconds "))
     assert 60.0 <= float(oldest.split()[1]) < 3600.0
     assert config.metrics_address == "127.0.0.1"
+
+
+def test_a_reload_moves_the_retrain_schedule_and_the_metrics_endpoint(tmp_path: Path) -> None:
+    first = _config(tmp_path, retrain_every_h=24.0, metrics_port=0)
+    port = free_base_port(1, start=19700)
+    configs = [first]
+    daemon = Daemon(lambda: configs[-1], runner=_cluster(), clock=Clock())
+    loop = threading.Thread(target=daemon.run, name="daemon-loop")
+    loop.start()
+    try:
+        _until(lambda: daemon.schedule is not None, "the schedule")
+        assert _retrain_every(daemon) == timedelta(hours=24)
+        configs.append(first.model_copy(update={
+            "retrain_every_h": 12.0, "retention_days": 30.0, "metrics_port": port}))
+        daemon.request_reload()
+        _until(lambda: _retrain_every(daemon) == timedelta(hours=12), "the new schedule")
+        assert daemon.schedule is not None
+        assert daemon.schedule.scheduler.get_job(RETENTION_JOB) is not None
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            assert b"slurm_rl_cycles_total" in answer.read()
+    finally:
+        daemon.request_stop()
+        loop.join(timeout=30)
+    assert not loop.is_alive()
+
+
+def _retrain_every(daemon: Daemon) -> timedelta | None:
+    schedule = daemon.schedule
+    job = schedule.scheduler.get_job(RETRAIN_JOB) if schedule is not None else None
+    return job.trigger.interval if job is not None else None
+
+
+def _until(done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
 
 
 def test_reasons_give_rank_neighbours_and_rwgp_belief() -> None:

@@ -42,7 +42,7 @@ from slurm_rl.errors import SlurmRLError
 from slurm_rl.loop import DecisionMaker, run_cycle
 from slurm_rl.ops.metrics import DaemonMetrics, error_kind, model_version
 from slurm_rl.retrain.follow import ModelFollower
-from slurm_rl.retrain.schedule import RetrainSchedule, start_schedule
+from slurm_rl.retrain.schedule import RetrainSchedule, schedule_settings, start_schedule
 from slurm_rl.slurm import deferral
 from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
 from slurm_rl.slurm.client import CliSlurmClient
@@ -184,6 +184,7 @@ class Daemon:
         self._base_config = config
         self.models = ModelFollower(self.store.engine) if config.models_follow else None
         self.schedule: RetrainSchedule | None = None  # retraining and retention, in run()
+        self._looping = False  # run() owns the schedule and the metrics endpoint
         if self.models is not None:
             self.models.seen = None  # the parts above run the configured policy
             self.follow_models()
@@ -221,6 +222,7 @@ class Daemon:
             mode=Mode(config.actuator_mode),
             defer_extension_s=config.defer_extension_s,
             defer_cap_s=config.defer_cap_s,
+            priority_floor=config.priority_floor,
             migrate=config.migrate,
             max_migrations=config.max_migrations_per_cycle,
         )
@@ -369,6 +371,7 @@ class Daemon:
         log.info("daemon started: policy %s, mode %s, every %g s, store %s",
                  self.config.policy, self.config.recorded_mode, self.config.interval_s,
                  self.store.engine.url.render_as_string(hide_password=True))
+        self._looping = True
         self.schedule = start_schedule(self._base_config, self.store.engine)
         self.metrics.serve(self.config.metrics_address, self.config.metrics_port)
         with self._signal_handlers():
@@ -394,7 +397,7 @@ class Daemon:
     def reload(self) -> bool:
         """Re-read the config and rebuild policy, source and actuator; False keeps the old."""
         self._reload = False
-        old, old_store = self.parts, self.store
+        old, old_store, old_base = self.parts, self.store, self._base_config
         store: Store | None = None
         try:
             config = self._base_config = self._load()
@@ -411,11 +414,26 @@ class Daemon:
             log.warning("reload failed, keeping the running config: %s", exc)
             return False
         self._follow_after_reload(store is not None)
+        self._restart_services(old_base, self._base_config)
         if store is not None:
             self._flush_quietly()  # outcomes kept for the old store go to the new one
             old_store.engine.dispose()
         log.info("reloaded config: policy %s, mode %s", config.policy, config.recorded_mode)
         return True
+
+    def _restart_services(self, old: DaemonConfig, new: DaemonConfig) -> None:
+        """A reload's retraining, retention and metrics settings take effect: the schedule
+        is started afresh (its next run counts from now) and the endpoint moves, only when
+        their settings changed."""
+        if not self._looping:
+            return
+        if schedule_settings(old) != schedule_settings(new):
+            if self.schedule is not None:
+                self.schedule.shutdown()
+            self.schedule = start_schedule(new, self.store.engine)
+        if (old.metrics_address, old.metrics_port) != (new.metrics_address, new.metrics_port):
+            self.metrics.close()
+            self.metrics.serve(new.metrics_address, new.metrics_port)
 
     def close(self, *, retire: bool = True) -> None:
         """Flush buffered outcomes, retire the heartbeat (if this run beats) and let go."""

@@ -25,7 +25,8 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 @click.command("retrain")
 @click.option("--config", "config_path", default=None,
               type=click.Path(dir_okay=False, path_type=Path),
-              help="The daemon's TOML file: store, policy and retrain_* settings from [daemon].")
+              help="The daemon's TOML file: store, policy and retrain_* settings from [daemon] "
+                   "[$SLURM_RL_CONFIG, else /etc/slurm-rl/slurm-rl.toml when there].")
 @click.option("--store", "store_url", default=None, help="SQLAlchemy URL of the store.")
 @click.option("--cluster", default=None, help="Cluster name in the store [default: busiest].")
 @click.option("--policy", default=None, help="Current policy when no version is active.")
@@ -69,14 +70,12 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 def retrain_command(config_path: Path | None, store_url: str | None, **options: object) -> None:
     """Retrain the agents on the store's logged window; promote the result only if the gate
     finds it better than the current policy by the margin."""
-    from slurm_rl.daemon.config import load_config
+    from slurm_rl.daemon.config import store_command_config
     from slurm_rl.retrain.run import retrain
 
     if not logging.getLogger().handlers:  # progress and problems on stderr
         logging.basicConfig(stream=sys.stderr, format=LOG_FORMAT, level=logging.WARNING)
-    config = load_config(config_path, {"store_url": store_url})
-    if config_path is None and store_url is None:
-        raise InputError("give --store URL or --config FILE (the daemon's store)")
+    config = store_command_config(config_path, store_url)
     settings = settings_from(config, options)
     # The outcome is the command's one line of output (stdout), not a log line as well.
     result = retrain(config.store, settings, say=lambda r: click.echo(r.message))

@@ -50,6 +50,12 @@ def retrain_argv(config: DaemonConfig) -> list[str]:
     return argv
 
 
+def schedule_settings(config: DaemonConfig) -> tuple[object, ...]:
+    """What the schedule is built from: a reload that changes any of it restarts it."""
+    return (retrain_argv(config), config.store, config.retrain_every_h, config.retention_days,
+            config.retrain_misfire_grace_s, config.retrain_timeout_s)
+
+
 def run_retrain_process(argv: list[str], timeout_s: float) -> int:
     """The scheduled job (module level: the job store keeps a reference to it)."""
     try:

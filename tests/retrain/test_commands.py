@@ -86,6 +86,26 @@ def test_an_empty_store_retrain_exits_0_with_the_skip_line(tmp_path: Path) -> No
         "the active policy stays")
 
 
+def test_the_store_commands_find_the_site_config_as_the_daemon_does(tmp_path: Path) -> None:
+    """retrain, models and export read $SLURM_RL_CONFIG (else /etc/slurm-rl/slurm-rl.toml)
+    like the daemon, so cron and an admin's shell act on the daemon's store and settings."""
+    url = f"sqlite:///{tmp_path / 'site.sqlite'}"
+    Store(url)
+    site = tmp_path / "slurm-rl.toml"
+    site.write_text(f'[daemon]\nstore_url = "{url}"\nretrain_window_days = 2.5\n'
+                    f'state_dir = "{tmp_path}"\n')
+    env = {"SLURM_RL_CONFIG": str(site)}
+    listed = CliRunner().invoke(main, ["models", "list"], env=env)
+    assert listed.exit_code == 0 and "no model versions" in listed.output, listed.output
+    retrained = CliRunner().invoke(main, ["retrain"], env=env)
+    assert retrained.exit_code == 0, retrained.output
+    assert "in the last 2.5 days" in retrained.output  # the site's retrain_window_days
+    exported = CliRunner().invoke(main, ["export", "--since", "1d", "--output",
+                                         str(tmp_path / "out")], env=env)
+    assert exported.exit_code == 0, exported.output
+    assert (tmp_path / "out" / "cycles.csv").is_file()
+
+
 def test_parquet_export_needs_pyarrow_else_one_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
     Store(url)
