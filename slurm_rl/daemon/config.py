@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from slurm_rl.errors import InputError
+from slurm_rl.slurm.deferral import DeferralConfig
 
 ModeName = Literal["shadow", "advise", "enforce"]
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -118,6 +119,13 @@ class DaemonConfig(BaseModel):
     @property
     def heartbeat(self) -> Path:
         return self.heartbeat_path or self.state_dir / HEARTBEAT_FILE
+
+    @property
+    def deferral(self) -> DeferralConfig:
+        """What the job_submit plugin must read for this daemon (job_submit_slurm_rl.conf)."""
+        return DeferralConfig(heartbeat_path=self.heartbeat,
+                              heartbeat_max_age_s=self.heartbeat_max_age_s,
+                              window_s=self.defer_window_s, partitions=self.partitions)
 
     @property
     def uses_state_dir(self) -> bool:

@@ -293,12 +293,7 @@ class Daemon:
             self._on_config(config)
 
     def _write_plugin_conf(self, config: DaemonConfig, conf_dir: Path) -> None:
-        plugin = deferral.DeferralConfig(
-            heartbeat_path=config.heartbeat,
-            heartbeat_max_age_s=config.heartbeat_max_age_s,
-            window_s=config.defer_window_s,
-            partitions=config.partitions,
-        )
+        plugin = config.deferral
         text = plugin.render()
         if text == self._plugin_conf:
             return

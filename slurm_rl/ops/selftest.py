@@ -4,9 +4,10 @@ Checks: munge encodes and decodes a credential (on slurm.conf's ``AuthInfo`` soc
 any); ``scontrol ping`` finds slurmctld UP; ``squeue --json`` and ``sinfo --json`` answer and
 parse, and how long they take against ``slurm_timeout_s``; the daemon's user may update jobs
 (root, SlurmUser or an administrator: a harmless no-op update of a pending job's admin
-comment when one is there; an Operator in slurmdbd's accounts: its AdminLevel); the store
-opens; the configured policy builds (its bundle loads). Exit 0 when all
-pass, 1 otherwise.
+comment when one is there; an Operator in slurmdbd's accounts: its AdminLevel); the
+job_submit plugin is installed and reads what this daemon writes (heartbeat, window,
+partitions; ``ops/plugin_check.py``); the store opens, or the daemon can create it; the
+configured policy builds (its bundle loads). Exit 0 when all pass, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.errors import SlurmRLError
+from slurm_rl.ops import plugin_check
 from slurm_rl.ops.common import load, open_store, safe
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.proc import Runner, make_runner
@@ -237,8 +239,10 @@ def run_checks(config: DaemonConfig) -> list[Check]:
     checks = [check_munge(config), check_ping(runner, config.slurm_timeout_s)]
     latency, pending = check_latency(client, config)
     checks.append(latency)
-    steps: list[Callable[[], Check]] = [lambda: check_permission(client, runner, pending),
-                                        lambda: check_store(config), lambda: check_model(config)]
+    steps: list[Callable[[], Check]] = [
+        lambda: check_permission(client, runner, pending),
+        lambda: Check(plugin_check.NAME, *plugin_check.check_deferral(config, _slurm_conf(config))),
+        lambda: check_store(config), lambda: check_model(config)]
     checks.extend(step() for step in steps)
     return checks
 
@@ -248,8 +252,8 @@ def run_checks(config: DaemonConfig) -> list[Check]:
               type=click.Path(dir_okay=False, path_type=Path), help="The daemon's TOML file.")
 @click.option("--store", "store_url", default=None, help="SQLAlchemy URL of the store.")
 def selftest_command(config_file: Path | None, store_url: str | None) -> None:
-    """Check munge, slurmctld, query latency, permission to update jobs, the store and the
-    model: one line each, ok or the fix. Exit 1 if any failed."""
+    """Check munge, slurmctld, query latency, permission to update jobs, the deferral plugin,
+    the store and the model: one line each, ok or the fix. Exit 1 if any failed."""
     config = load(config_file, store_url)
     checks = run_checks(config)
     for check in checks:

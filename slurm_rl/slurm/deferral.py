@@ -46,6 +46,28 @@ class DeferralConfig:
         )
 
 
+# What job_submit.lua uses for a key its config file lacks (its ``defaults`` table).
+PLUGIN_DEFAULTS = {"heartbeat_path": "/run/slurm-rl/heartbeat", "heartbeat_max_age": "30",
+                   "window": "10", "partitions": "*", "gpu_only": "yes"}
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """``key = value`` lines as job_submit.lua reads them (``#`` starts a comment)."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.split("#", 1)[0].partition("=")
+        if sep and key.strip().replace("_", "").isalnum():
+            found[key.strip()] = value.strip()
+    return found
+
+
+def plugin_view(path: Path) -> dict[str, str]:
+    """The settings the plugin acts on with ``path`` as its config: the file's keys over the
+    plugin's defaults (all defaults when there is no file)."""
+    text = path.read_text() if path.is_file() else ""
+    return {**PLUGIN_DEFAULTS, **parse_config(text)}
+
+
 def write_config(conf_dir: Path, config: DeferralConfig) -> Path:
     """Write the plugin's config next to slurm.conf (atomically, so Lua never reads half)."""
     target = conf_dir / CONF_NAME

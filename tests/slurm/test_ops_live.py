@@ -22,13 +22,18 @@ from tests.slurm.test_daemon_live import CLUSTER, REPO, SCHED_SLACK_S, _daemon, 
 pytestmark = pytest.mark.slurm
 
 
-def _cli(live: LiveCluster, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``slurm-rl <args>`` as its own process, on the daemon's config file."""
+def _cli(live: LiveCluster, tmp_path: Path, *args: str, enforce: bool = False
+         ) -> subprocess.CompletedProcess[str]:
+    """``slurm-rl <args>`` as its own process, on the daemon's config file (``enforce``: the
+    site's own heartbeat and window, as a daemon that enforces would have them)."""
     site = _native_site(live)
     lines = ["[daemon]", f'state_dir = "{tmp_path}"', f'cluster_name = "{CLUSTER}"',
              'partitions = ["gpu"]', "slurm_timeout_s = 30"]
     if site is not None:
-        lines += [f'slurm_conf = "{site.slurm_conf}"', f'heartbeat_path = "{tmp_path / "beat"}"']
+        beat = site.heartbeat if enforce else tmp_path / "beat"
+        lines += [f'slurm_conf = "{site.slurm_conf}"', f'heartbeat_path = "{beat}"']
+    if enforce:
+        lines += ['mode = "enforce"', f"defer_window_s = {live.window_s}"]
     config = tmp_path / "ops.toml"
     config.write_text("\n".join(lines) + "\n")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -162,11 +167,12 @@ def test_selftest_reports_each_check(live: LiveCluster, tmp_path: Path) -> None:
     job = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", "--begin=now+300")
     daemon: Daemon = _daemon(live, tmp_path)  # creates and migrates the store
     daemon.close(retire=False)
-    result = _cli(live, tmp_path, "selftest")
+    result = _cli(live, tmp_path, "selftest", enforce=True)
     lines = result.stdout.splitlines()
     assert result.returncode == 0, result.stdout + result.stderr
     for name in ("munge", "scontrol ping", "query latency", "permission to update jobs",
-                 "store", "model"):
+                 "deferral plugin", "store", "model"):
         assert any(line.startswith(f"ok   {name}:") for line in lines), (name, lines)
     assert f"a no-op update of job {job} was accepted" in result.stdout
-    assert lines[-1] == "6 of 6 checks passed"
+    assert "agrees with the daemon" in result.stdout
+    assert lines[-1] == "7 of 7 checks passed"
