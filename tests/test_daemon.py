@@ -427,6 +427,9 @@ def test_config_precedence_defaults_file_command_line(tmp_path: Path) -> None:
         ('[daemon]\nmode = "loud"\n', "[daemon] mode: Input should be 'shadow', 'advise'"),
         ("[daemon]\ninterval_s = 20\n", "heartbeat_max_age_s (30) must be at least twice"),
         ("[daemon\n", "not valid TOML"),
+        ('[daemon]\npolicy = "sjf-oracle+rwgp"\n',
+         "[daemon] policy: sjf-oracle orders jobs by their true run times, which only a trace "
+         "has (live it would be FIFO)"),
     ],
 )
 def test_a_bad_config_is_one_line_naming_file_and_key(

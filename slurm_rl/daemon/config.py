@@ -2,7 +2,7 @@
 file, environment variables and command-line overrides on top.
 
 Precedence (lowest first): the defaults below, the file (``--config``, else
-``/etc/slurm-rl/slurm-rl.toml`` when it exists, or ``$SLURM_RL_CONFIG``), the environment
+``$SLURM_RL_CONFIG``, else ``/etc/slurm-rl/slurm-rl.toml`` when it exists), the environment
 (``SLURM_RL_<FIELD>``, e.g. ``SLURM_RL_MODE=enforce``), the command line. SIGHUP re-reads the
 file and the environment and re-applies the same command-line overrides, so a flag given at
 start-up keeps winning after a reload. Other tables of the file belong to other parts of
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from slurm_rl.errors import InputError
 from slurm_rl.slurm.deferral import DeferralConfig
@@ -33,6 +33,10 @@ JOBCOMP_POSITION_FILE = "jobcomp.position"
 DEFAULT_CONFIG_PATH = Path("/etc/slurm-rl/slurm-rl.toml")
 CONFIG_PATH_ENV = "SLURM_RL_CONFIG"
 ENV_PREFIX = "SLURM_RL_"
+
+
+# Orderings that need what only a trace knows: the simulator's reference, never a live policy.
+SIMULATOR_ONLY_ORDERINGS = ("sjf-oracle",)
 
 
 class DaemonConfig(BaseModel):
@@ -94,6 +98,15 @@ class DaemonConfig(BaseModel):
     log_json: bool = True  # one JSON line per decision on stdout (besides the cycle line)
     metrics_port: int = Field(default=9464, ge=0, le=65535)  # Prometheus on 127.0.0.1; 0 = off
     metrics_address: str = "127.0.0.1"  # never a public interface by default
+
+    @field_validator("policy")
+    @classmethod
+    def _policy_runs_live(cls, policy: str) -> str:
+        ordering = policy.partition("+")[0]
+        if ordering in SIMULATOR_ONLY_ORDERINGS:
+            raise ValueError(f"{ordering} orders jobs by their true run times, which only a "
+                             "trace has (live it would be FIFO); use qssf, multifactor or rl")
+        return policy
 
     @model_validator(mode="after")
     def _heartbeat_outlives_a_cycle(self) -> DaemonConfig:
@@ -171,7 +184,8 @@ def _read_section(path: Path) -> dict[str, Any]:
 def _one_line(error: ValidationError) -> str:
     first = error.errors()[0]
     where = ".".join(str(part) for part in first["loc"]) or SECTION
-    return f"[{SECTION}] {where}: {first['msg']}"
+    # Our validators' own sentences, without pydantic's "Value error, " in front.
+    return f"[{SECTION}] {where}: {first['msg'].removeprefix('Value error, ')}"
 
 
 def env_name(field: str) -> str:
