@@ -4,23 +4,29 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_DIR = PACKAGE_DIR.parent
 DATA_DIR = PACKAGE_DIR / "data"
 # Where an installed wheel puts the files the project ships beside the package (pyproject's
-# data-files): the default policy bundles, the cluster specs and the job_submit plugin.
-SHARE_DIR = Path(sys.prefix) / "share" / "slurm-rl"
+# data-files): the default policy bundles, the cluster specs and the job_submit plugin. The
+# install scheme's data directory (Debian's system pip: /usr/local while sys.prefix is /usr),
+# then sys.prefix.
+SHARE_DIRS = tuple(dict.fromkeys(Path(root) / "share" / "slurm-rl" for root in
+                                 (sysconfig.get_path("data"), sys.prefix)))
 
 
 def shipped(relative: str) -> Path:
     """A file the project ships beside the package (``policies/default``,
     ``sim/clusters``, ``plugins/job_submit.lua``): in the checkout, else where an installed
-    wheel put it (``<prefix>/share/slurm-rl``); the checkout's path when neither has it."""
+    wheel put it (``<data>/share/slurm-rl``); the checkout's path when none has it."""
     in_checkout = REPO_DIR / relative
-    installed = SHARE_DIR / relative
-    return installed if not in_checkout.exists() and installed.exists() else in_checkout
+    if in_checkout.exists():
+        return in_checkout
+    installed = (share / relative for share in SHARE_DIRS)
+    return next((path for path in installed if path.exists()), in_checkout)
 
 
 def shared_dir() -> Path:

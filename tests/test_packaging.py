@@ -24,7 +24,7 @@ def test_shipped_prefers_the_checkout_then_the_install(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     checkout, share = tmp_path / "checkout", tmp_path / "share"
     monkeypatch.setattr(paths, "REPO_DIR", checkout)
-    monkeypatch.setattr(paths, "SHARE_DIR", share)
+    monkeypatch.setattr(paths, "SHARE_DIRS", (tmp_path / "elsewhere", share))
     (share / "plugins").mkdir(parents=True)
     (share / "plugins" / "job_submit.lua").write_text("-- installed")
     assert paths.shipped("plugins/job_submit.lua") == share / "plugins" / "job_submit.lua"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.daemon.config import DaemonConfig, load_config
 from slurm_rl.ops.plugin_check import check_deferral
 from slurm_rl.slurm import deferral
 
@@ -92,3 +92,13 @@ def test_the_python_view_of_the_plugins_defaults_is_the_plugins_own() -> None:
     assert table is not None
     pairs = dict(re.findall(r'(\w+) = "([^"]*)"', table.group(1)))
     assert pairs == deferral.PLUGIN_DEFAULTS
+
+
+def test_the_packaged_plugin_config_agrees_with_the_packaged_daemon_config(
+    tmp_path: Path
+) -> None:
+    packaging = Path(__file__).resolve().parents[1] / "packaging"
+    config = load_config(packaging / "slurm-rl.toml", None, {})
+    plugin_conf = (packaging / deferral.CONF_NAME).read_text()
+    ok, detail = check_deferral(config, _site(tmp_path, plugin_conf=plugin_conf))
+    assert ok and "agrees with the daemon (heartbeat /run/slurm-rl/heartbeat)" in detail, detail
