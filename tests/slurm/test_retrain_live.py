@@ -130,7 +130,9 @@ def test_retrain_promotes_a_better_candidate_not_a_worse_one_and_rolls_back(
                  [("alice", SHORT), ("alice", SHORT), ("bob", LONG), ("bob", LONG)]]
         _wait(live, daemon, lambda: _ended(daemon, first), "the first outcomes", 60)
         go = Path(live.jobs_dir) / f"go-{tmp_path.name}"  # the blockers end once it exists
-        blocker = f"while [ ! -e {go} ]; do sleep 0.2; done; sleep 1"
+        # ... and then for a few seconds more: a replay starts them without the live deferral,
+        # so they must outlast the burst's last submission there too.
+        blocker = f"while [ ! -e {go} ]; do sleep 0.2; done; sleep 5"
         blockers = [_submit(live, "bob", blocker) for _ in range(4)]
         _wait(live, daemon, lambda: _all_running(live, blockers), "the blockers to run", 60)
         burst = [_submit(live, user, script)
