@@ -45,10 +45,10 @@ def test_precedence_is_defaults_file_environment_command_line(tmp_path: Path) ->
     path.write_text('[daemon]\nmode = "advise"\ninterval_s = 2\npolicy = "qssf+first-fit"\n')
     env = {"SLURM_RL_INTERVAL_S": "3", "SLURM_RL_POLICY": "fifo+first-fit",
            "SLURM_RL_PARTITIONS": "gpu, a100", "SLURM_RL_PRICE_PER_GPU_HOUR": '{"a100": 2.5}'}
-    config, sources = load_with_sources(path, {"policy": "sjf-oracle+best-fit"}, env)
+    config, sources = load_with_sources(path, {"policy": "multifactor+best-fit"}, env)
     assert (config.mode, sources["mode"]) == ("advise", str(path))
     assert (config.interval_s, sources["interval_s"]) == (3.0, "environment")
-    assert (config.policy, sources["policy"]) == ("sjf-oracle+best-fit", "command line")
+    assert (config.policy, sources["policy"]) == ("multifactor+best-fit", "command line")
     assert config.partitions == ("gpu", "a100") and config.price_per_gpu_hour == {"a100": 2.5}
     assert sources["seed"] == "default"
 
