@@ -6,7 +6,6 @@ import importlib
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -14,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from slurm_rl import __version__
-from slurm_rl.cli_options import checkpoint_options
+from slurm_rl.cli_options import FiniteFloat, WritableDir, checkpoint_options
 from slurm_rl.errors import SlurmRLError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -80,9 +79,9 @@ def main() -> None:
                    "helios-venus-slice, pai2023, swf, csv).")
 @click.option("--window", "window_spec", default=None,
               help="Submit-time window, e.g. 2017-10-01:2017-10-15 or 2017-10.")
-@click.option("--days", default=7.0, show_default=True, type=click.FloatRange(min=0.01),
+@click.option("--days", default=7.0, show_default=True, type=FiniteFloat(min=0.01),
               help="Length of the synthetic workload.")
-@click.option("--warmup-days", default=None, type=click.FloatRange(min=0.0),
+@click.option("--warmup-days", default=None, type=FiniteFloat(min=0.0),
               help="Replay this many days before the window too, unmeasured, so the cluster is "
                    "busy when measuring starts [default: 3 for synthetic, else 0].")
 @click.option("--policies", default=None,
@@ -90,15 +89,15 @@ def main() -> None:
 @click.option("--mode", type=click.Choice(["direct", "slurm"]), default="slurm",
               show_default=True, help="direct: the policy starts jobs; slurm: only Slurm's levers.")
 @click.option("--cycle", "cycle_s", default=10.0, show_default=True,
-              type=click.FloatRange(min=0.0), help="Seconds between decisions.")
+              type=FiniteFloat(min=0.0), help="Seconds between decisions.")
 @click.option("--no-fluctuation", is_flag=True, help="Machines keep their nominal speed.")
 @checkpoint_options
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--fee-weight", "fee_weight", default=None, type=click.FloatRange(min=0.0),
+@click.option("--fee-weight", "fee_weight", default=None, type=FiniteFloat(min=0.0),
               help="λ per $ in the reward −(JCT h + λ·fees), for placements that take one "
                    "(rwgp) [default: theirs]; learned rl policies keep their bundle's.")
 @click.option("--skip-bad-rows", is_flag=True, help="Skip (and count) bad trace rows.")
-@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--report", "report_dir", type=WritableDir(),
               default=None, help="Write report.md, plots and results.json here.")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 @click.option("--workers", default=None, type=click.IntRange(min=1),

@@ -2,12 +2,49 @@
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Callable
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 F = TypeVar("F", bound=Callable[..., object])
+
+
+class FiniteFloat(click.FloatRange):
+    """A float range that refuses nan and ±inf: every comparison with nan is false, so a
+    plain range lets it through, and it would reach the simulator as a silently absurd
+    number (a cycle of inf seconds never decides)."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+class WritableDir(click.Path):
+    """A directory the command writes into, made when the option is read: a path that cannot
+    be made fails before the work (a replay or a training run of minutes), not after it."""
+
+    def __init__(self) -> None:
+        super().__init__(file_okay=False, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Any:
+        path = Path(os.fsdecode(super().convert(value, param, ctx)))
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self.fail(f"cannot create {str(value)!r}: {exc.strerror}.", param, ctx)
+        if not os.access(path, os.W_OK | os.X_OK):
+            self.fail(f"{str(value)!r} is not writable.", param, ctx)
+        return path
 
 
 def checkpoint_options(command: F) -> F:
@@ -15,11 +52,11 @@ def checkpoint_options(command: F) -> F:
     moved while they run (``Scenario.checkpointable``, ``SimConfig.restart_overhead_s``)."""
     command = click.option(
         "--restart-overhead", "restart_overhead_s", default=300.0, show_default=True,
-        type=click.FloatRange(min=0.0),
+        type=FiniteFloat(min=0.0),
         help="Seconds of work a migrated job loses (since its checkpoint, and reloading).",
     )(command)
     return click.option(
-        "--checkpointable", type=click.FloatRange(0.0, 1.0), is_flag=False, flag_value=1.0,
+        "--checkpointable", type=FiniteFloat(0.0, 1.0), is_flag=False, flag_value=1.0,
         default=0.0, metavar="[SHARE]",
         help="Every job (or this share of them, e.g. =0.5) checkpoints and may be requeued: "
              "placements that move running jobs (rwgp, the dual agent) may migrate them to "

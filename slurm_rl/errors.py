@@ -44,4 +44,10 @@ class UnknownNameError(SlurmRLError):
     def __init__(self, kind: str, name: str, known: list[str] | tuple[str, ...]) -> None:
         self.kind = kind
         self.name = name
+        self.known = tuple(known)
         super().__init__(f"unknown {kind} {name!r}; known: {', '.join(sorted(known))}")
+
+    def __reduce__(self) -> tuple[type[UnknownNameError], tuple[str, str, tuple[str, ...]]]:
+        # Replays run in worker processes: the error must cross back whole, not as a
+        # TypeError about missing arguments.
+        return (type(self), (self.kind, self.name, self.known))

@@ -19,6 +19,7 @@ import click
 from sqlalchemy import Select, select
 from sqlalchemy.engine import Engine
 
+from slurm_rl.cli_options import WritableDir
 from slurm_rl.errors import InputError
 from slurm_rl.store.models import CycleRow, DecisionRow, JobRow, OutcomeRow
 
@@ -116,7 +117,7 @@ def _write_parquet(path: Path, columns: list[str], rows: Iterator[dict[str, Any]
               help="From this time: 2026-11-01, 2026-11-01T12:00, 7d, 12h, or epoch seconds.")
 @click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv",
               show_default=True, help="parquet needs pyarrow (pip install 'slurm-rl[export]').")
-@click.option("--output", type=click.Path(file_okay=False, path_type=Path), required=True,
+@click.option("--output", type=WritableDir(), required=True,
               help="Directory for <table>.<format> files.")
 @click.option("--tables", default=",".join(TABLES), show_default=True)
 def export_command(config_path: Path | None, store_url: str | None, since: str, fmt: str,

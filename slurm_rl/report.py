@@ -84,7 +84,11 @@ def scenario_title(scenario: Scenario, results: Sequence[ReplayResult]) -> str:
     label = " (synthetic)" if scenario.trace.synthetic else ""
     share = scenario.checkpointable
     moves = f", {share:.0%} of jobs checkpointable (may be moved)" if share else ""
-    return (f"{scenario.trace.name}{label} on {scenario.cluster.name}: {jobs} jobs, "
+    left_out = results[0].unschedulable_jobs if results else 0
+    # Said in the title, not only in the JSON: a reader must not take N of M jobs for all.
+    dropped = (f" ({left_out} more can never fit {scenario.cluster.name} and are left out)"
+               if left_out else "")
+    return (f"{scenario.trace.name}{label} on {scenario.cluster.name}: {jobs} jobs{dropped}, "
             f"{scenario.sim.mode} mode{moves}")
 
 

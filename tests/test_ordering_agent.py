@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -193,8 +194,26 @@ def test_missing_or_broken_bundles_are_refused(tmp_path: Path) -> None:
         load_bundle(tmp_path / "nothing")
     save_bundle(tmp_path / "b", bundle().network, {})
     (tmp_path / "b" / "weights.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(BundleError, match="cannot load its weights"):
+    with pytest.raises(BundleError, match="weights.pt is not a weights file slurm-rl wrote"):
         load_bundle(tmp_path / "b")
+
+
+@pytest.mark.parametrize("setting, why", [
+    ({"fee_weight": "abc"}, "'fee_weight' must be a finite number >= 0, not 'abc'"),
+    ({"fee_weight": -5}, "'fee_weight' must be a finite number >= 0, not -5"),
+    ({"starvation_h": True}, "'starvation_h' must be a finite number >= 0, not True"),
+    ({"communicate": "false"}, "'communicate' must be true or false, not 'false'"),
+    ({"chooser": "nope"}, "'chooser' 'nope' is not one of"),
+    ({"network": [1, 2]}, "'network' does not describe a network this release builds"),
+])
+def test_a_bundle_with_a_bad_setting_is_refused_naming_it(
+    tmp_path: Path, setting: dict[str, object], why: str
+) -> None:
+    path = save_bundle(tmp_path / "b", bundle().network, {})
+    meta = json.loads((path / "meta.json").read_text())
+    (path / "meta.json").write_text(json.dumps({**meta, **setting}))
+    with pytest.raises(BundleError, match=re.escape(f"{path}: meta.json {why}")):
+        load_bundle(path)
 
 
 def test_registry_names_compose_the_variants(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from slurm_rl.cli_options import FiniteFloat
 from slurm_rl.daemon.config import DaemonConfig, config_path, load_config
 from slurm_rl.daemon.runner import Daemon
 from slurm_rl.errors import SlurmRLError
@@ -58,7 +59,7 @@ def configure_logging(config: DaemonConfig) -> None:
               help="Plan as the mode would, send nothing to Slurm (the shadow actuator).")
 @click.option("--store", "store_url", default=None,
               help="SQLAlchemy URL of the store [default: SQLite under the state dir].")
-@click.option("--interval", "interval_s", type=click.FloatRange(min=0.01, min_open=False),
+@click.option("--interval", "interval_s", type=FiniteFloat(min=0.01, min_open=False),
               default=None, help="Seconds from one cycle to the next [default: 5].")
 def daemon_command(
     config_file: Path | None,

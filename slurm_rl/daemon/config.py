@@ -12,6 +12,7 @@ slurm-rl and are left alone, so one site file can configure them all.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -99,6 +100,21 @@ class DaemonConfig(BaseModel):
     metrics_port: int = Field(default=9464, ge=0, le=65535)  # Prometheus on 127.0.0.1; 0 = off
     metrics_address: str = "127.0.0.1"  # never a public interface by default
 
+    @field_validator("price_per_gpu_hour")
+    @classmethod
+    def _prices_are_finite(cls, prices: dict[str, float]) -> dict[str, float]:
+        bad = [gpu for gpu, price in prices.items() if not 0 <= price < math.inf]
+        if bad:
+            raise ValueError(f"{', '.join(bad)}: a price must be a finite number >= 0")
+        return prices
+
+    @field_validator("state_dir", mode="before")
+    @classmethod
+    def _state_dir_is_named(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("empty; name a directory (default /var/lib/slurm-rl)")
+        return value
+
     @field_validator("policy")
     @classmethod
     def _policy_runs_live(cls, policy: str) -> str:
@@ -175,9 +191,22 @@ def _read_section(path: Path) -> dict[str, Any]:
         raise InputError(f"cannot read the config: {exc.strerror}", path=path) from exc
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"not valid TOML: {exc}", path=path) from exc
-    section = document.get(SECTION, {})
-    if not isinstance(section, dict):
-        raise InputError(f"'{SECTION}' must be a table", path=path)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start})", path=path) from None
+    return _daemon_table(document, path)
+
+
+def _daemon_table(document: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The ``[daemon]`` table; a key outside any table, or a file without the table (a
+    misspelt ``[deamon]``), is an error: its settings would silently not apply."""
+    stray = [key for key, value in document.items() if not isinstance(value, dict)]
+    if stray:
+        raise InputError(f"{', '.join(stray)}: outside any table; the daemon's settings go "
+                         f"under [{SECTION}]", path=path)
+    if document and SECTION not in document:
+        raise InputError(f"no [{SECTION}] table (found [{'], ['.join(document)}]); the "
+                         f"daemon's settings go under [{SECTION}]", path=path)
+    section: dict[str, Any] = document.get(SECTION, {})
     return section
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from slurm_rl.cli_options import FiniteFloat
 from slurm_rl.errors import InputError
 
 if TYPE_CHECKING:
@@ -32,15 +33,15 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 @click.option("--policy", default=None, help="Current policy when no version is active.")
 @click.option("--policy-bundle", "policy_bundle", default=None,
               type=click.Path(file_okay=False, path_type=Path))
-@click.option("--window-days", "window_days", default=None, type=click.FloatRange(min=0.0,
+@click.option("--window-days", "window_days", default=None, type=FiniteFloat(min=0.0,
               min_open=True), help="Learn from jobs that ended this many days back [7].")
-@click.option("--margin", default=None, type=click.FloatRange(0.0, 1.0, max_open=True),
+@click.option("--margin", default=None, type=FiniteFloat(0.0, 1.0, max_open=True),
               help="Promote only if mean JCT is lower by this fraction [0.02].")
-@click.option("--fee-tolerance", "fee_tolerance", default=None, type=click.FloatRange(min=0.0),
+@click.option("--fee-tolerance", "fee_tolerance", default=None, type=FiniteFloat(min=0.0),
               help="Promote only if the candidate's fees are at most this fraction above the "
                    "current policy's [default: retrain_fee_tolerance, 0.05].")
 @click.option("--wait-tolerance", "wait_tolerance", default=None,
-              type=click.FloatRange(min=0.0),
+              type=FiniteFloat(min=0.0),
               help="Promote only if the candidate's 99th-percentile queue wait is at most this "
                    "fraction (plus an hour) above the current policy's [default: "
                    "retrain_wait_tolerance, 0.5].")
@@ -52,9 +53,9 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
               help="Replays per policy in the gate [3].")
 @click.option("--repeats", default=8, show_default=True, type=click.IntRange(min=1),
               help="Spans of the logged window in the training scenario.")
-@click.option("--cycle", "cycle_s", default=None, type=click.FloatRange(min=0.0),
+@click.option("--cycle", "cycle_s", default=None, type=FiniteFloat(min=0.0),
               help="Decision interval in the replays [the daemon's interval].")
-@click.option("--defer-window", "defer_window_s", default=None, type=click.FloatRange(min=0.0))
+@click.option("--defer-window", "defer_window_s", default=None, type=FiniteFloat(min=0.0))
 @click.option("--base", "base_bundle", default=None,
               type=click.Path(file_okay=False, path_type=Path),
               help="Fine-tune from this bundle [the current policy's, else the shipped one].")
@@ -77,9 +78,29 @@ def retrain_command(config_path: Path | None, store_url: str | None, **options: 
         logging.basicConfig(stream=sys.stderr, format=LOG_FORMAT, level=logging.WARNING)
     config = store_command_config(config_path, store_url)
     settings = settings_from(config, options)
+    check_usable(settings)
     # The outcome is the command's one line of output (stdout), not a log line as well.
     result = retrain(config.store, settings, say=lambda r: click.echo(r.message))
     sys.exit(1 if result.status == "failed" else 0)
+
+
+def check_usable(settings: RetrainSettings) -> None:
+    """The policy and the bundles build before the store is read: a bad argument is one
+    line and exit 2, not hidden behind "retrain skipped" while the logs are thin."""
+    from slurm_rl.agents.ordering.agent import BundleError, load_bundle
+    from slurm_rl.daemon.policy import make_policy
+    from slurm_rl.errors import SlurmRLError
+
+    try:
+        make_policy(settings.policy, bundle=settings.policy_bundle)
+    except SlurmRLError as exc:
+        raise InputError(f"--policy {settings.policy}: {exc}") from None
+    for option, path in (("--candidate", settings.candidate), ("--base", settings.base_bundle)):
+        try:
+            if path is not None:
+                load_bundle(path)
+        except BundleError as exc:
+            raise InputError(f"{option}: {exc}") from None
 
 
 def settings_from(config: DaemonConfig, options: dict[str, object]) -> RetrainSettings:

@@ -160,6 +160,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise InputError(f"not valid TOML: {error}", path=path, line=line) from None
     except OSError as error:
         raise InputError(f"cannot read: {error.strerror}", path=path) from None
+    except UnicodeDecodeError as error:
+        raise InputError(f"not UTF-8 text (byte {error.start})", path=path) from None
 
 
 def _input_error(error: ValidationError, path: Path) -> InputError:

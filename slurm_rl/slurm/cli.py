@@ -14,6 +14,7 @@ from typing import TypeVar
 
 import click
 
+from slurm_rl.cli_options import FiniteFloat
 from slurm_rl.errors import SlurmRLError
 from slurm_rl.slurm.devcluster import DevCluster, DevClusterStatus
 from slurm_rl.slurm.devconf import DEFAULT_BASE_PORT, DEFAULT_ROOT, DevClusterConfig
@@ -80,7 +81,8 @@ def devcluster_group() -> None:
     default=None,
     help="Deferral window (s) of the job_submit plugin [default: 10].",
 )
-@click.option("--timeout", type=float, default=60.0, show_default=True)
+@click.option("--timeout", type=FiniteFloat(min=0.0, min_open=True), default=60.0,
+              show_default=True)
 def up(root: Path, base_port: int, window: int | None, timeout: float) -> None:
     """Install Slurm if needed and start munged, slurmctld and the slurmds."""
     cluster = _cluster(root, base_port, window)

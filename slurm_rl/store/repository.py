@@ -14,9 +14,11 @@ from typing import Any
 
 from sqlalchemy import create_engine, event, select
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session, sessionmaker
 
 from slurm_rl.core import ClusterSnapshot, Decision, FinishedJob, Job
+from slurm_rl.errors import InputError
 from slurm_rl.store import migrate
 from slurm_rl.store.models import CycleRow, DecisionRow, JobRow, OutcomeRow
 
@@ -39,7 +41,12 @@ def job_key(cluster: str, job_id: str) -> str:
 
 
 def make_engine(url: str) -> Engine:
-    engine = create_engine(url)
+    try:
+        engine = create_engine(url)
+    except ArgumentError as exc:  # not a URL at all, or an unknown dialect
+        raise InputError(f"store URL {url!r}: {str(exc).splitlines()[0]}; give a "
+                         "SQLAlchemy URL, e.g. sqlite:////var/lib/slurm-rl/slurm-rl.sqlite "
+                         "or postgresql+psycopg://user@host/db") from None
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from slurm_rl.agents.ordering.agent import CHOOSERS, default_bundle_path, load_bundle
 from slurm_rl.agents.ordering.network import PRIORS
-from slurm_rl.cli_options import checkpoint_options
+from slurm_rl.cli_options import FiniteFloat, WritableDir, checkpoint_options
 from slurm_rl.errors import InputError
 from slurm_rl.training.evaluate import PLACEMENTS
 from slurm_rl.training.pool import BACKENDS
@@ -24,12 +24,12 @@ _DEFAULT_WINDOWS = {"philly": "2017-12"}
 
 
 @click.command("train")
-@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--output", type=WritableDir(),
               default=Path("policies/default"), show_default=True,
               help="Bundle directory to write.")
 @click.option("--seed", default=1, show_default=True, type=int)
 @click.option("--fee-weight", "fee_weight", default=0.1, show_default=True,
-              type=click.FloatRange(min=0.0), help="λ in the reward −(JCT hours + λ · fees).")
+              type=FiniteFloat(min=0.0), help="λ in the reward −(JCT hours + λ · fees).")
 @click.option("--iterations", default=20, show_default=True, type=click.IntRange(min=0),
               help="PPO iterations.")
 @click.option("--bc-iterations", "bc_iterations", default=2, show_default=True,
@@ -37,9 +37,9 @@ _DEFAULT_WINDOWS = {"philly": "2017-12"}
 @click.option("--episodes-per-iteration", "episodes_per_iteration", default=4,
               show_default=True, type=click.IntRange(min=1))
 @click.option("--episode-days", "episode_days", default=0.5, show_default=True,
-              type=click.FloatRange(min=0.01), help="The agent's part of an episode.")
+              type=FiniteFloat(min=0.01), help="The agent's part of an episode.")
 @click.option("--warmup-days", "warmup_days", default=3.0, show_default=True,
-              type=click.FloatRange(min=0.0), help="Heuristic warm-up before the agent acts.")
+              type=FiniteFloat(min=0.0), help="Heuristic warm-up before the agent acts.")
 @click.option("--trace", default="philly", show_default=True)
 @click.option("--cluster", default="philly-hetero", show_default=True)
 @click.option("--train-window", "train_window", default="2017-10-01:2017-12-01",
@@ -54,7 +54,7 @@ _DEFAULT_WINDOWS = {"philly": "2017-12"}
               help="Train the ablation without the placement agent's message.")
 @click.option("--hidden", default=64, show_default=True, type=click.IntRange(min=4))
 @click.option("--pace-sharpness", "pace_sharpness", default=4.0, show_default=True,
-              type=click.FloatRange(min=0.0),
+              type=FiniteFloat(min=0.0),
               help="Sharpness β of the placement head's prior: the head starts as its "
                    "chooser's rule and learns a residual (0: no prior).")
 @click.option("--prior", type=click.Choice(PRIORS), default="cost", show_default=True,
@@ -65,7 +65,7 @@ _DEFAULT_WINDOWS = {"philly": "2017-12"}
               help="What the warm start's placement clones: the fastest candidate, or the best "
                    "under the head's prior (the cheapest per unit of work with --prior cost).")
 @click.option("--learning-rate", "learning_rate", default=1e-3, show_default=True,
-              type=click.FloatRange(min=0.0, min_open=True))
+              type=FiniteFloat(min=0.0, min_open=True))
 @click.option("--update-epochs", "update_epochs", default=8, show_default=True,
               type=click.IntRange(min=1), help="PPO epochs over each iteration's decisions.")
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1),
@@ -106,7 +106,7 @@ def train_command(**options: Any) -> None:
 @click.option("--no-comm-bundle", "no_comm_bundle", default=None,
               type=click.Path(file_okay=False, path_type=Path),
               help="A bundle trained without communication, for that ablation.")
-@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--report", "report_dir", type=WritableDir(),
               default=Path("reports/evaluation"), show_default=True)
 @click.option("--workers", default=None, type=click.IntRange(min=1),
               help="Parallel replays (default: number of cores).")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -213,16 +214,50 @@ def load_bundle(directory: Path | str) -> Bundle:
     path = Path(directory)
     meta = _read_meta(path)
     _check_schema(path, meta)
+    _check_settings(path, meta)
+    network = _network(path, meta)
     try:
-        network = DualNetwork(NetworkConfig(**meta["network"]))
         state = torch.load(path / WEIGHTS_FILE, weights_only=True, map_location="cpu")
         network.load_state_dict(state)
-    except (OSError, RuntimeError, TypeError, KeyError, ValueError, EOFError,
-            pickle.UnpicklingError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise BundleError(f"policy bundle {path}: cannot load its weights: {first}") from None
+    except pickle.UnpicklingError:  # torch's own text would advise weights_only=False
+        raise BundleError(f"policy bundle {path}: {WEIGHTS_FILE} is not a weights file "
+                          "slurm-rl wrote (torch.load with weights_only=True refused it)"
+                          ) from None
+    except (OSError, RuntimeError, TypeError, KeyError, ValueError, EOFError) as error:
+        raise BundleError(f"policy bundle {path}: cannot load its weights: "
+                          f"{_first_line(error)}") from None
     network.eval()
     return Bundle(path, network, meta)
+
+
+def _check_settings(path: Path, meta: Mapping[str, Any]) -> None:
+    """The settings meta.json carries, checked at load: a wrong type would otherwise fail
+    deep inside a replay, or (the string "false") silently mean true."""
+    for key in ("fee_weight", "starvation_h"):
+        value = meta.get(key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not 0 <= value < math.inf:
+            raise BundleError(f"policy bundle {path}: {META_FILE} '{key}' must be a finite "
+                              f"number >= 0, not {value!r}")
+    if not isinstance(meta.get("communicate", True), bool):
+        raise BundleError(f"policy bundle {path}: {META_FILE} 'communicate' must be true or "
+                          f"false, not {meta['communicate']!r}")
+    if meta.get("chooser", "rwgp") not in CHOOSERS:
+        raise BundleError(f"policy bundle {path}: {META_FILE} 'chooser' {meta['chooser']!r} "
+                          f"is not one of {', '.join(CHOOSERS)}")
+
+
+def _network(path: Path, meta: dict[str, Any]) -> DualNetwork:
+    try:
+        return DualNetwork(NetworkConfig(**meta["network"]))
+    except (RuntimeError, TypeError, KeyError, ValueError) as error:
+        raise BundleError(f"policy bundle {path}: {META_FILE} 'network' does not describe a "
+                          f"network this release builds: {_first_line(error)}") from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _read_meta(path: Path) -> dict[str, Any]:

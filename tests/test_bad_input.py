@@ -1,0 +1,107 @@
+"""Bad input outside the trace readers: one clear line naming the option, file or key, and
+a non-zero exit — never a traceback, never a silently wrong number. (Traces:
+test_trace_errors.py; bundles: test_ordering_agent.py.)"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_rl.cli import main
+from slurm_rl.daemon.config import load_config
+from slurm_rl.errors import InputError, UnknownNameError
+
+HEADER = "job_id,submit_time,num_gpus,duration"
+
+
+def _run(*args: str) -> tuple[int, list[str]]:
+    result = CliRunner().invoke(main, list(args))
+    assert "Traceback" not in result.output
+    return result.exit_code, [line for line in result.output.splitlines() if line.strip()]
+
+
+def test_an_unknown_name_crosses_a_process_boundary_whole() -> None:
+    """Replays run in worker processes; the error must come back as itself."""
+    error = UnknownNameError("GPU type", "H200", ["A100", "V100"])
+    back = pickle.loads(pickle.dumps(error))
+    assert isinstance(back, UnknownNameError) and str(back) == str(error)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["simulate", "--cluster", "tiny", "--cycle", "nan"], "--cycle"),
+    (["simulate", "--cluster", "tiny", "--restart-overhead", "inf"], "--restart-overhead"),
+    (["simulate", "--cluster", "tiny", "--fee-weight", "nan"], "--fee-weight"),
+    (["train", "--learning-rate", "nan"], "--learning-rate"),
+    (["retrain", "--store", "sqlite://", "--margin", "nan"], "--margin"),
+    (["daemon", "--once", "--interval", "inf"], "--interval"),
+])
+def test_numbers_must_be_finite(args: list[str], option: str) -> None:
+    code, lines = _run(*args)
+    assert code == 2 and f"Invalid value for '{option}'" in lines[-1]
+    assert "is not a finite number" in lines[-1]
+
+
+def test_a_report_directory_that_cannot_be_made_fails_before_the_work(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code, lines = _run("simulate", "--cluster", "tiny", "--report", str(blocker / "sub"))
+    assert code == 2 and lines[-1].startswith("Error: Invalid value for '--report': cannot create")
+
+
+@pytest.mark.parametrize("command", [["models", "list"], ["export", "--since", "1d"],
+                                     ["retrain"], ["explain", "5"]])
+def test_a_store_url_that_is_no_url_is_one_line(command: list[str], tmp_path: Path) -> None:
+    extra = ["--output", str(tmp_path / "out")] if command[0] == "export" else []
+    code, lines = _run(*command, *extra, "--store", "notaurl")
+    assert code == 2 and lines == [
+        "error: store URL 'notaurl': Could not parse SQLAlchemy URL from given URL string; give "
+        "a SQLAlchemy URL, e.g. sqlite:////var/lib/slurm-rl/slurm-rl.sqlite or "
+        "postgresql+psycopg://user@host/db"]
+
+
+@pytest.mark.parametrize("body, expected", [
+    ('[deamon]\nmode = "enforce"\n', "no [daemon] table (found [deamon])"),
+    ('mode = "enforce"\n[daemon]\n', "mode: outside any table"),
+    ("[daemon]\nprice_per_gpu_hour = { V100 = nan }\n",
+     "price_per_gpu_hour: V100: a price must be a finite number >= 0"),
+    ('[daemon]\nstate_dir = ""\n', "state_dir: empty; name a directory"),
+])
+def test_config_mistakes_that_would_apply_silently_are_refused(
+    tmp_path: Path, body: str, expected: str
+) -> None:
+    path = tmp_path / "site.toml"
+    path.write_text(body)
+    with pytest.raises(InputError, match=r"^" + str(path).replace("/", r"\/")) as error:
+        load_config(path)
+    assert expected in str(error.value)
+
+
+def test_files_that_are_not_text_are_one_line(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.toml"
+    junk.write_bytes(b"\xd0\xff\x00\x81" * 64)
+    with pytest.raises(InputError, match="junk.toml: not UTF-8 text"):
+        load_config(junk)
+    code, lines = _run("simulate", "--cluster", str(junk))
+    assert code != 0 and lines == [f"error: {junk}: not UTF-8 text (byte 0)"]
+
+
+def test_retrain_checks_its_arguments_before_the_store(tmp_path: Path) -> None:
+    """An empty store would otherwise answer "retrain skipped" and hide the bad argument."""
+    url = f"sqlite:///{tmp_path / 'empty.sqlite'}"
+    (tmp_path / "not-a-bundle").mkdir()
+    code, lines = _run("retrain", "--store", url, "--candidate", str(tmp_path / "not-a-bundle"))
+    assert code == 2 and lines[-1].startswith("error: --candidate: no policy bundle at")
+    code, lines = _run("retrain", "--store", url, "--policy", "bogus+x")
+    assert code == 2 and lines[-1].startswith("error: --policy bogus+x: unknown ordering policy")
+
+
+def test_jobs_that_never_fit_the_cluster_are_counted_in_the_title(tmp_path: Path) -> None:
+    trace = tmp_path / "big.csv"
+    trace.write_text(f"{HEADER}\n1,2017-10-01T00:00:00,1,100\n2,2017-10-01T00:00:10,999,100\n")
+    code, lines = _run("simulate", "--cluster", "tiny", "--workers", "1", "--trace", str(trace),
+                       "--policies", "fifo+best-fit")
+    assert code == 0
+    assert "big on tiny: 1 jobs (1 more can never fit tiny and are left out)" in lines[0]
