@@ -6,7 +6,9 @@ Precedence (lowest first): the defaults below, the file (``--config``, else
 (``SLURM_RL_<FIELD>``, e.g. ``SLURM_RL_MODE=enforce``), the command line. SIGHUP re-reads the
 file and the environment and re-applies the same command-line overrides, so a flag given at
 start-up keeps winning after a reload. Other tables of the file belong to other parts of
-slurm-rl and are left alone, so one site file can configure them all.
+slurm-rl and are left alone, so one site file can configure them all; a file without a
+``[daemon]`` table (a misspelt ``[deamon]``) or with a key outside any table is refused,
+since its settings would silently not apply.
 """
 
 from __future__ import annotations
