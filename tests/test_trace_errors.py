@@ -8,11 +8,19 @@ from pathlib import Path
 import pytest
 
 from slurm_rl.errors import InputError
-from slurm_rl.traces import load_trace
+from slurm_rl.traces import Trace, load_trace, parse_window, window
 
 PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster"
 GOOD_PHILLY_ROW = "2017-10-09 07:01:55,66.0,1,66.0,11cb48"
 SCHEMA_HEADER = "job_id,submit_time,num_gpus,duration"
+VENUS_HEADER = (
+    "job_id,user,tenant,class,submit_time,num_chips,chip_type,num_nodes,duration_s,"
+    "walltime_limit_s,final_status"
+)
+HELIOS_HEADER = (
+    "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue"
+)
+SWF_ROW = "1 0 -1 10 4 -1 -1 -1 -1 -1 -1 1 1 -1 -1 -1 -1 -1"
 
 
 def write(tmp_path: Path, name: str, *lines: str) -> Path:
@@ -156,7 +164,7 @@ def test_unknown_column_in_our_schema(tmp_path: Path) -> None:
 
 def test_unknown_reference_gpu(tmp_path: Path) -> None:
     path = write(tmp_path, "t.csv", "# reference_gpu: GTX9000", SCHEMA_HEADER, "a,0,1,5")
-    expect_error(path, 2, None, "unknown reference GPU type 'GTX9000'")
+    expect_error(path, 1, None, "unknown reference GPU type 'GTX9000'")
 
 
 def test_unknown_model_family(tmp_path: Path) -> None:
@@ -219,24 +227,17 @@ def test_swf_unknown_run_time(tmp_path: Path) -> None:
 
 
 def test_helios_non_numeric_gpu_count(tmp_path: Path) -> None:
-    header = (
-        "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,"
-        "duration,queue"
-    )
     row = "1,u,vc,x,1,1,COMPLETED,2020-06-09 18:41:01,2020-06-09 18:41:01,2020-06-09 18:42:01,60,0"
-    expect_error(write(tmp_path, "log.csv", header, row), 2, "gpu_num", "GPU count is not a number")
+    path = write(tmp_path, "log.csv", HELIOS_HEADER, row)
+    expect_error(path, 2, "gpu_num", "GPU count is not a number")
 
 
 def test_venus_slice_bad_submit_time(tmp_path: Path) -> None:
-    header = (
-        "job_id,user,tenant,class,submit_time,num_chips,chip_type,num_nodes,duration_s,"
-        "walltime_limit_s,final_status"
-    )
     rows = (
         "1,u,vcA,finetune,5000000,8,,1,60,60,COMPLETED",
         "2,u,vcA,finetune,soon,8,,1,60,60,FAILED",
     )
-    path = write(tmp_path, "slice.csv", "# a comment", header, *rows)
+    path = write(tmp_path, "slice.csv", "# a comment", VENUS_HEADER, *rows)
     expect_error(path, 4, "submit_time", "unparsable timestamp 'soon'")
 
 
@@ -288,3 +289,173 @@ def test_skip_bad_rows_counts_duplicates(tmp_path: Path) -> None:
     trace = load_trace(path, skip_bad_rows=True)
     assert [job.job_id for job in trace.jobs] == ["a", "b"]
     assert trace.skipped == {"duplicate job id": 1}
+
+
+# --- a record is one line: csv would otherwise read on to the next quote, losing rows -----------
+
+
+def test_unterminated_quote_is_not_a_record_spanning_lines(tmp_path: Path) -> None:
+    path = philly(
+        tmp_path, '2017-10-09 06:13:03,2951.0,1,2951.0,"unterminated', GOOD_PHILLY_ROW, "x,1,1,1,c"
+    )
+    expect_error(path, 3, None, "unterminated quote: a quoted field runs past the end of its line")
+    with pytest.raises(InputError, match="unterminated quote"):
+        load_trace(path, skip_bad_rows=True)  # the rows it swallowed cannot be told apart
+
+
+def test_quoted_field_closed_lines_later_names_the_line_it_opened_on(tmp_path: Path) -> None:
+    path = philly(tmp_path, '2017-10-09 06:13:03,1,1,1,"c', "# note", "", 'd"', GOOD_PHILLY_ROW)
+    expect_error(path, 3, None, "unterminated quote")
+
+
+@pytest.mark.parametrize("end", ["", "\n"])
+def test_unterminated_quote_at_end_of_file(tmp_path: Path, end: str) -> None:
+    path = tmp_path / "p.csv"
+    path.write_text(f'{PHILLY_HEADER}\n{GOOD_PHILLY_ROW}\n2017-10-09 06:13:03,1,1,1,"c{end}')
+    expect_error(path, 3, None, "unterminated quote")
+
+
+def test_quoted_field_on_one_line_is_read(tmp_path: Path) -> None:
+    trace = load_trace(philly(tmp_path, '2017-10-09 06:13:03,1,1,1,"c,d"'))
+    assert sorted(job.partition for job in trace.jobs) == ["11cb48", "c,d"]
+
+
+# --- implausible values: they would hang a replay -----------------------------------------------
+
+
+@pytest.mark.parametrize("duration", ["1e15", "1e300", "315360001"])
+def test_duration_longer_than_ten_years(tmp_path: Path, duration: str) -> None:
+    path = philly(tmp_path, f"2017-10-09 06:13:03,{duration},1,1,c")
+    expect_error(path, 3, "duration", "s is longer than 315360000 s (10 years)")
+
+
+def test_duration_of_ten_years_is_kept(tmp_path: Path) -> None:
+    trace = load_trace(philly(tmp_path, "2017-10-09 06:13:03,315360000,1,1,c"))
+    assert max(job.oracle_duration for job in trace.jobs) == 315360000
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    ["9999-12-31 23:59:59", "0001-01-01 00:00:00", "1969-12-31 23:59:59", "2100-01-01 00:00:00"],
+)
+def test_wall_clock_time_out_of_range(tmp_path: Path, stamp: str) -> None:
+    path = philly(tmp_path, f"{stamp},1,1,1,c")
+    expect_error(path, 3, "timestamp", f"timestamp {stamp!r} is outside 1970-01-01 .. 2100-01-01")
+
+
+@pytest.mark.parametrize("submit", ["-1e12", "1e12", "4102444801", "9999-12-31T23:59:59-05:00"])
+def test_schema_submit_time_out_of_range(tmp_path: Path, submit: str) -> None:
+    path = write(tmp_path, "t.csv", SCHEMA_HEADER, "a,0,1,5", f"b,{submit},1,5")
+    expect_error(path, 3, "submit_time", f"timestamp {submit!r} is")
+
+
+def test_schema_relative_times_within_the_bound_are_kept(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.csv", SCHEMA_HEADER, "a,-4102444800,1,5", "b,4102444800,1,5")
+    assert [job.submit_time for job in load_trace(path).jobs] == [-4102444800, 4102444800]
+
+
+def test_pai_residence_longer_than_ten_years(tmp_path: Path) -> None:
+    header = "name,num_gpu,creation_time,deletion_time,scheduled_time"
+    path = write(tmp_path, "pods.csv", header, "p1,1,0,10,5", "p2,1,0,4000000000,-4000000000")
+    expect_error(path, 3, "deletion_time", "longer than 315360000 s")
+
+
+def test_helios_run_longer_than_ten_years(tmp_path: Path) -> None:
+    row = "1,u,vc,8,1,1,COMPLETED,1971-01-01 00:00:00,1971-01-01 00:00:00,2099-01-01 00:00:00,,0"
+    expect_error(write(tmp_path, "log.csv", HELIOS_HEADER, row), 2, "end_time", "10 years")
+
+
+def test_venus_slice_submit_time_out_of_range(tmp_path: Path) -> None:
+    path = write(tmp_path, "slice.csv", VENUS_HEADER, "1,u,vcA,finetune,1e20,8,,1,60,60,FAILED")
+    expect_error(path, 2, "submit_time", "is 1e+14 s from its origin; at most ±4102444800 s")
+
+
+def test_skip_bad_rows_counts_implausible_values(tmp_path: Path) -> None:
+    path = philly(tmp_path, "2017-10-09 06:13:03,1e15,1,1,c", "9999-12-31 23:59:59,1,1,1,c")
+    trace = load_trace(path, skip_bad_rows=True)
+    assert trace.skipped == {"duration too long": 1, "timestamp out of range": 1}
+
+
+# --- SWF header values ----------------------------------------------------------------------------
+
+
+def swf_log(tmp_path: Path, *header: str, row: str = SWF_ROW) -> Path:
+    return write(tmp_path, "log.swf", "; Version: 2.2", *header, row)
+
+
+@pytest.mark.parametrize(
+    ("header", "text"),
+    [
+        (("; UnixStartTime: nan",), "UnixStartTime is not a number: 'nan'"),
+        (("; UnixStartTime: inf",), "UnixStartTime is not a number: 'inf'"),
+        (("; UnixStartTime: 1e20",), "UnixStartTime is out of range: 1e20 (not in 0 .. 41024"),
+        (("; UnixStartTime: -1e15",), "UnixStartTime is out of range: -1e15"),
+        (("; TimeZone: nan", "; TimeZoneString:"), "TimeZone is not a number: 'nan'"),
+        (("; TimeZone: 1e9",), "TimeZone is out of range: 1e9 (not in -86400 .. 86400)"),
+        (("; TimeZoneString: Mars/Olympus",), "TimeZoneString is not a known time zone"),
+        (("; TimeZoneString: America",), "TimeZoneString is not a known time zone: 'America'"),
+    ],
+)
+def test_swf_bad_header_value(tmp_path: Path, header: tuple[str, ...], text: str) -> None:
+    expect_error(swf_log(tmp_path, *header), 2, None, f"SWF header field {text}")
+
+
+def test_swf_time_zone_is_used(tmp_path: Path) -> None:
+    path = swf_log(tmp_path, "; UnixStartTime: 0", "; TimeZoneString: US/Pacific")
+    assert [job.submit_time for job in load_trace(path).jobs] == [-8 * 3600]
+
+
+@pytest.mark.parametrize(("offset", "text"), [("1e300", "at most ±"), ("nan", "unparsable")])
+def test_swf_submit_offset_out_of_range(tmp_path: Path, offset: str, text: str) -> None:
+    path = swf_log(tmp_path, "; UnixStartTime: 0", row=SWF_ROW.replace(" 0 ", f" {offset} ", 1))
+    expect_error(path, 3, "submit_time", text)
+
+
+# --- time windows ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec", ["0:1e20", "0:nan", "0..inf", "-inf:0", "0001-01-01:2017-10-02", "2017-10-01..9e9"]
+)
+def test_window_bound_out_of_range(spec: str) -> None:
+    with pytest.raises(InputError) as caught:
+        parse_window(spec)
+    assert str(caught.value) == (
+        f"time window bound is not a finite time within ±4102444800 s (before 2100): {spec!r}"
+    )
+
+
+@pytest.mark.parametrize("month", ["9999-12", "1969-12"])
+def test_window_month_out_of_range(month: str) -> None:
+    with pytest.raises(InputError, match=r"^month out of range \(1970-01 \.\. 2099-12\): "):
+        parse_window(month)
+
+
+def test_window_of_a_trace_refuses_unbounded_ends(tmp_path: Path) -> None:
+    trace: Trace = load_trace(philly(tmp_path))
+    with pytest.raises(InputError, match="time window bound is not a finite time"):
+        window(trace, 0, 1e20)
+
+
+# --- names and shapes the rest of the program cannot use ------------------------------------------
+
+
+@pytest.mark.parametrize("gpu", ["H100", "H200", "L4", "L40S", "A30", "A40"])
+def test_reference_gpu_the_performance_model_does_not_know(tmp_path: Path, gpu: str) -> None:
+    comments = ("# made by hand", f"# reference_gpu: {gpu}")
+    path = write(tmp_path, "t.csv", *comments, SCHEMA_HEADER, "a,0,1,5")
+    error = expect_error(path, 2, None, f"unknown reference GPU type {gpu!r}")
+    known = str(error).partition("(known: ")[2].rstrip(")").split(", ")
+    assert "V100" in known and "A100" in known and gpu not in known
+
+
+def test_venus_slice_more_nodes_than_gpus(tmp_path: Path) -> None:
+    rows = ("1,u,vcA,finetune,0,16,,2,60,60,COMPLETED", "2,u,vcA,finetune,0,16,,32,60,60,FAILED")
+    path = write(tmp_path, "slice.csv", VENUS_HEADER, *rows)
+    expect_error(path, 3, "num_nodes", "node count 32 is more than the job's 16 GPUs")
+
+
+def test_helios_more_nodes_than_gpus(tmp_path: Path) -> None:
+    row = "1,u,vc,2,1,4,COMPLETED,2020-06-09 18:41:01,2020-06-09 18:41:01,2020-06-09 18:42:01,60,0"
+    path = write(tmp_path, "log.csv", HELIOS_HEADER, row)
+    expect_error(path, 2, "node_num", "node count 4 is more than the job's 2 GPUs")

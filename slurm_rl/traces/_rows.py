@@ -14,16 +14,30 @@ import math
 import zlib
 from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from contextlib import closing
 from datetime import datetime
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from slurm_rl.core import Job
 from slurm_rl.errors import InputError
 from slurm_rl.traces.families import KNOWN_GPU_TYPES, canonical_gpu_type
-from slurm_rl.traces.model import Trace, naive_to_clock, sorted_jobs
+from slurm_rl.traces.model import (
+    EARLIEST_WALL_CLOCK,
+    LATEST_WALL_CLOCK,
+    MAX_CLOCK_SECONDS,
+    MAX_DURATION_SECONDS,
+    Trace,
+    in_clock_range,
+    naive_to_clock,
+    sorted_jobs,
+)
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_WALL_CLOCK_RANGE = (naive_to_clock(EARLIEST_WALL_CLOCK), naive_to_clock(LATEST_WALL_CLOCK))
+_WALL_CLOCK_SPAN = f"{EARLIEST_WALL_CLOCK:%Y-%m-%d} .. {LATEST_WALL_CLOCK:%Y-%m-%d}"
+# What csv's strict mode says when the file ends inside a quoted field.
+_CSV_END_IN_QUOTES = "unexpected end of data"
 
 
 class RowError(Exception):
@@ -34,6 +48,13 @@ class RowError(Exception):
         self.reason = reason
         self.message = message
         self.column = column
+
+
+class Comment(NamedTuple):
+    """A comment line's text (without its mark) and its line number, to name it in errors."""
+
+    line: int
+    text: str
 
 
 class SkipRow(Exception):
@@ -94,12 +115,12 @@ class NumberedLines:
 
 
 def content_lines(
-    lines: NumberedLines, comments: list[str], comment_mark: str
+    lines: NumberedLines, comments: list[Comment], comment_mark: str
 ) -> Generator[str, None, None]:
-    """The lines that are neither blank nor comments; comment texts are appended to ``comments``."""
+    """The lines that are neither blank nor comments; comments are appended to ``comments``."""
     for text in lines:
         if text.startswith(comment_mark):
-            comments.append(text[len(comment_mark) :].strip())
+            comments.append(Comment(lines.line, text[len(comment_mark) :].strip()))
         elif text and not text.isspace():
             yield text
 
@@ -113,9 +134,11 @@ class CsvTable:
     def __init__(self, path: str | Path) -> None:
         self.lines = NumberedLines(path)
         self.path = self.lines.path
-        self.comments: list[str] = []
-        self._source = content_lines(self.lines, self.comments, "#")
-        self._reader = csv.reader(self._source)
+        self.comments: list[Comment] = []
+        self._record_start = 0
+        self._source = self._record_lines()
+        # strict: a file that ends inside a quoted field is an error, not a short last row
+        self._reader = csv.reader(self._source, strict=True)
         try:
             self.header = self._read_header()
         except InputError:
@@ -143,15 +166,40 @@ class CsvTable:
                 raise InputError(message, path=self.path, line=self.lines.line, column=name)
         return names
 
+    def _record_lines(self) -> Generator[str, None, None]:
+        """The content lines, noting the line on which each CSV record starts."""
+        with closing(content_lines(self.lines, self.comments, "#")) as source:
+            for text in source:
+                if not self._record_start:
+                    self._record_start = self.lines.line
+                yield text
+
     def _next_row(self) -> list[str] | None:
+        self._record_start = 0
+        lines_before = self._reader.line_num
         try:
-            return next(self._reader)
+            row = next(self._reader)
         except StopIteration:
             return None
         except csv.Error as error:
-            raise InputError(
-                f"malformed CSV ({error})", path=self.path, line=self.lines.line
-            ) from None
+            raise self._malformed(error, lines_before) from None
+        if self._spans_lines(lines_before):
+            raise self._unterminated_quote()
+        return row
+
+    def _spans_lines(self, lines_before: int) -> bool:
+        # csv reads on past a line end inside quotes: the lines up to the next quote would
+        # become one field and their rows would be lost, so a record must be one line.
+        return self._reader.line_num > lines_before + 1
+
+    def _malformed(self, error: csv.Error, lines_before: int) -> InputError:
+        if self._spans_lines(lines_before) or str(error) == _CSV_END_IN_QUOTES:
+            return self._unterminated_quote()
+        return InputError(f"malformed CSV ({error})", path=self.path, line=self.lines.line)
+
+    def _unterminated_quote(self) -> InputError:
+        message = "unterminated quote: a quoted field runs past the end of its line"
+        return InputError(message, path=self.path, line=self._record_start)
 
     def require(self, names: Iterable[str]) -> dict[str, int]:
         """The index of each named column; a missing one is an error on the header line."""
@@ -262,7 +310,18 @@ def parse_duration(text: str, column: str) -> float:
     value = parse_number(text, column, "duration")
     if value < 0:
         raise RowError("negative duration", f"negative duration: {text}", column)
-    return value
+    return bounded_duration(value, column)
+
+
+def bounded_duration(seconds: float, column: str) -> float:
+    """``seconds``, unless it is longer than any job runs (see MAX_DURATION_SECONDS)."""
+    if seconds > MAX_DURATION_SECONDS:
+        message = (
+            f"duration {seconds:g} s is longer than {MAX_DURATION_SECONDS:.0f} s (10 years), "
+            "the most accepted"
+        )
+        raise RowError("duration too long", message, column)
+    return seconds
 
 
 def parse_count(text: str, column: str, what: str) -> int:
@@ -295,14 +354,25 @@ def parse_positive_count(text: str, column: str, what: str) -> int:
 def parse_clock_time(text: str, column: str) -> float:
     """A ``YYYY-MM-DD HH:MM:SS`` (ISO 8601) time: naive means the trace clock (read as UTC)."""
     try:
-        return naive_to_clock(datetime.fromisoformat(text))
+        moment = datetime.fromisoformat(text)
     except ValueError:
         message = f"unparsable timestamp {text!r} (expected YYYY-MM-DD HH:MM:SS)"
         raise RowError("unparsable timestamp", message, column) from None
+    try:
+        seconds = naive_to_clock(moment)
+    except OverflowError:  # an aware time of year 1 or 9999 that UTC cannot hold
+        seconds = math.inf
+    if not _WALL_CLOCK_RANGE[0] <= seconds < _WALL_CLOCK_RANGE[1]:
+        message = f"timestamp {text!r} is outside {_WALL_CLOCK_SPAN}, the times accepted"
+        raise RowError("timestamp out of range", message, column)
+    return seconds
 
 
-def parse_seconds(text: str, column: str) -> float:
-    """A time given as a number of seconds (from the epoch or from the trace start)."""
+def parse_seconds(text: str, column: str, per_second: float = 1.0) -> float:
+    """A time given as a number of seconds (from the epoch or from the trace start).
+
+    ``per_second`` reads other units: 1e6 for microseconds.
+    """
     try:
         value = float(text)
     except ValueError:
@@ -310,7 +380,18 @@ def parse_seconds(text: str, column: str) -> float:
     if not math.isfinite(value):
         message = f"unparsable timestamp {text!r} (expected a number of seconds)"
         raise RowError("unparsable timestamp", message, column)
-    return value
+    return bounded_seconds(value / per_second, text, column)
+
+
+def bounded_seconds(seconds: float, text: str, column: str) -> float:
+    """``seconds`` (read from ``text``), unless beyond any trace's clock (MAX_CLOCK_SECONDS)."""
+    if not in_clock_range(seconds):
+        message = (
+            f"timestamp {text!r} is {seconds:g} s from its origin; at most "
+            f"±{MAX_CLOCK_SECONDS:.0f} s (1970 to 2100) is accepted"
+        )
+        raise RowError("timestamp out of range", message, column)
+    return seconds
 
 
 def parse_time_or_epoch(text: str, column: str) -> float:

@@ -24,6 +24,7 @@ from slurm_rl.traces._rows import (
     CsvTable,
     RowError,
     SkipRow,
+    bounded_duration,
     collect_rows,
     parse_clock_time,
     parse_count,
@@ -87,6 +88,7 @@ def _helios_job(columns: dict[str, int], fields: list[str], line: int) -> Job:
     gpus = _gpus_or_skip(fields[columns["gpu_num"]], "gpu_num")
     job_id = _job_id(fields[columns["job_id"]])
     nodes = _optional_nodes(fields, columns["node_num"], "node_num")
+    _check_nodes(gpus, nodes, "node_num")
     return trace_job(
         job_id=job_id,
         submit_time=parse_clock_time(fields[columns["submit_time"]], "submit_time"),
@@ -101,11 +103,12 @@ def _helios_job(columns: dict[str, int], fields: list[str], line: int) -> Job:
 
 def _venus_slice_job(columns: dict[str, int], fields: list[str], line: int) -> Job:
     gpus = _gpus_or_skip(fields[columns["num_chips"]], "num_chips")
-    micros = parse_seconds(fields[columns["submit_time"]], "submit_time")
+    offset = parse_seconds(fields[columns["submit_time"]], "submit_time", per_second=1e6)
     nodes = parse_positive_count(fields[columns["num_nodes"]], "num_nodes", "node count")
+    _check_nodes(gpus, nodes, "num_nodes")
     return trace_job(
         job_id=_job_id(fields[columns["job_id"]]),
-        submit_time=VENUS_SLICE_EPOCH + micros / 1e6,
+        submit_time=VENUS_SLICE_EPOCH + offset,
         num_gpus=gpus,
         duration=parse_duration(fields[columns["duration_s"]], "duration_s"),
         user=fields[columns["user"]],
@@ -138,6 +141,13 @@ def _optional_nodes(fields: list[str], index: int, column: str) -> int | None:
     return parse_positive_count(fields[index], column, "node count")
 
 
+def _check_nodes(gpus: int, nodes: int | None, column: str) -> None:
+    """Every node of a GPU job holds at least one of its GPUs, so nodes <= GPUs."""
+    if nodes is not None and nodes > gpus:
+        message = f"node count {nodes} is more than the job's {gpus} GPUs"
+        raise RowError("inconsistent shape", message, column)
+
+
 def _even_share(gpus: int, nodes: int | None) -> int | None:
     """GPUs per node when the job's GPUs split evenly over its nodes (Slurm gave it that)."""
     if nodes is None or gpus % nodes:
@@ -157,4 +167,4 @@ def _helios_duration(fields: list[str], columns: dict[str, int]) -> float:
     ended = parse_clock_time(fields[end], "end_time")
     if ended < started:
         raise RowError("negative duration", "end_time is before start_time", "end_time")
-    return ended - started
+    return bounded_duration(ended - started, "end_time")

@@ -9,6 +9,7 @@ arrival patterns — and so that calendar windows such as "2017-12" mean the clu
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -19,6 +20,20 @@ from slurm_rl.errors import InputError
 TimePoint = float | int | datetime
 
 _EPOCH = datetime(1970, 1, 1)
+_DAY = 86400.0
+
+# Plausibility bounds on trace values, the one place they are set. A value beyond them is a
+# typo or corrupt data (a duration of 1e15 s, the year 9999), and it is not harmless: the
+# replay steps through the time it spans, so one such row hangs the simulator. They are
+# generous: the real traces lie in 1993-2020, and their longest job ran 146 days.
+EARLIEST_WALL_CLOCK = datetime(1970, 1, 1)
+LATEST_WALL_CLOCK = datetime(2100, 1, 1)
+# Times given as numbers may count from the trace's start rather than from 1970, so they may be
+# negative; either way no trace spans more than the 130 years from 1970 to 2100.
+MAX_CLOCK_SECONDS = (LATEST_WALL_CLOCK - _EPOCH).total_seconds()
+MAX_DURATION_SECONDS = 10 * 365 * _DAY  # 10 years; Slurm sites cap jobs at days or weeks
+# Real UTC offsets lie between -12 h and +14 h; a shift of more than a day is not a time zone.
+MAX_UTC_OFFSET_SECONDS = _DAY
 
 PHILLY_MONTHS: tuple[str, ...] = ("2017-09", "2017-10", "2017-11", "2017-12")
 # Train and tune on September-November; December is held out for evaluation (DESIGN.md).
@@ -73,6 +88,11 @@ def clock_to_datetime(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
 
 
+def in_clock_range(seconds: float) -> bool:
+    """True for a finite trace-clock time at most :data:`MAX_CLOCK_SECONDS` from 0."""
+    return math.isfinite(seconds) and abs(seconds) <= MAX_CLOCK_SECONDS
+
+
 def to_clock(point: TimePoint) -> float:
     if isinstance(point, datetime):
         return naive_to_clock(point)
@@ -82,6 +102,7 @@ def to_clock(point: TimePoint) -> float:
 def window(trace: Trace, start: TimePoint, end: TimePoint) -> Trace:
     """The jobs of ``trace`` submitted in ``[start, end)`` (datetimes or trace-clock seconds)."""
     low, high = to_clock(start), to_clock(end)
+    _check_bounds(low, high, f"{low:g}:{high:g}")
     if high < low:
         raise ValueError(f"window ends ({high}) before it starts ({low})")
     submits = [job.submit_time for job in trace.jobs]
@@ -96,6 +117,8 @@ def month_window(month: str) -> tuple[float, float]:
         first = datetime.strptime(month, "%Y-%m")
     except ValueError:
         raise InputError(f"not a month (YYYY-MM): {month!r}") from None
+    if not EARLIEST_WALL_CLOCK.year <= first.year < LATEST_WALL_CLOCK.year:
+        raise InputError(f"month out of range (1970-01 .. 2099-12): {month!r}")
     following = first.replace(year=first.year + first.month // 12, month=first.month % 12 + 1)
     return naive_to_clock(first), naive_to_clock(following)
 
@@ -117,6 +140,14 @@ def philly_heldout_window() -> tuple[float, float]:
 
 def parse_time_point(text: str) -> float:
     """Trace-clock seconds from epoch seconds or an ISO 8601 date/datetime."""
+    seconds = _time_point(text)
+    if seconds is None:
+        raise InputError(f"not a time (ISO 8601 or epoch seconds): {text.strip()!r}")
+    return seconds
+
+
+def _time_point(text: str) -> float | None:
+    """Like :func:`parse_time_point`; None for text that is not a time (infinite: too far)."""
     text = text.strip()
     try:
         return float(text)
@@ -125,7 +156,9 @@ def parse_time_point(text: str) -> float:
     try:
         return naive_to_clock(datetime.fromisoformat(text))
     except ValueError:
-        raise InputError(f"not a time (ISO 8601 or epoch seconds): {text!r}") from None
+        return None
+    except OverflowError:  # an aware time of year 1 or 9999 that UTC cannot hold
+        return math.inf
 
 
 def parse_window(spec: str) -> tuple[float, float]:
@@ -148,13 +181,20 @@ def parse_window(spec: str) -> tuple[float, float]:
 
 
 def _try_window(start_text: str, end_text: str) -> tuple[float, float] | None:
-    try:
-        return parse_time_point(start_text), parse_time_point(end_text)
-    except InputError:
-        return None
+    start, end = _time_point(start_text), _time_point(end_text)
+    return None if start is None or end is None else (start, end)
 
 
 def _checked_window(start: float, end: float, spec: str) -> tuple[float, float]:
+    _check_bounds(start, end, spec)
     if end < start:
         raise InputError(f"time window ends before it starts: {spec!r}")
     return start, end
+
+
+def _check_bounds(start: float, end: float, spec: str) -> None:
+    """Both ends on the trace clock: nan or 1e20 s would crash or hang whatever uses them."""
+    if not (in_clock_range(start) and in_clock_range(end)):
+        limit = f"{MAX_CLOCK_SECONDS:.0f}"
+        message = f"time window bound is not a finite time within ±{limit} s (before 2100)"
+        raise InputError(f"{message}: {spec!r}")

@@ -23,6 +23,7 @@ from slurm_rl.traces._rows import (
     CsvTable,
     RowError,
     SkipRow,
+    bounded_duration,
     collect_rows,
     parse_count,
     parse_gpu_type,
@@ -84,7 +85,7 @@ def _residence(deletion_text: str, scheduled_text: str) -> float:
     if deleted < scheduled:
         message = f"negative duration: deletion_time {deletion_text} < {scheduled_text}"
         raise RowError("negative duration", message, "deletion_time")
-    return deleted - scheduled
+    return bounded_duration(deleted - scheduled, "deletion_time")
 
 
 def _gpu_type(fields: list[str], index: int) -> str | None:

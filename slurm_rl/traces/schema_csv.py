@@ -14,8 +14,10 @@ from functools import partial
 from pathlib import Path
 
 from slurm_rl.core import Job
-from slurm_rl.errors import InputError
+from slurm_rl.errors import InputError, UnknownNameError
+from slurm_rl.simulator.perfmodel import PerformanceModel
 from slurm_rl.traces._rows import (
+    Comment,
     CsvTable,
     RowError,
     collect_rows,
@@ -27,7 +29,7 @@ from slurm_rl.traces._rows import (
     parse_time_or_epoch,
     trace_name,
 )
-from slurm_rl.traces.families import FAMILIES, canonical_gpu_type, trace_job
+from slurm_rl.traces.families import FAMILIES, KNOWN_GPU_TYPES, canonical_gpu_type, trace_job
 from slurm_rl.traces.model import Trace
 
 REQUIRED_COLUMNS = ("job_id", "submit_time", "num_gpus", "duration")
@@ -65,14 +67,32 @@ def _reject_unknown_columns(table: CsvTable) -> None:
 
 def _reference_gpu(table: CsvTable) -> str:
     for comment in table.comments:
-        key, colon, value = comment.partition(":")
+        key, colon, value = comment.text.partition(":")
         if colon and key.strip() == _REFERENCE_GPU_KEY:
-            name = canonical_gpu_type(value)
-            if name is None:
-                message = f"unknown reference GPU type {value.strip()!r} in '# reference_gpu:'"
-                raise InputError(message, path=table.path, line=table.header_line)
-            return name
+            return _modelled_gpu(value, comment, table)
     return DEFAULT_REFERENCE_GPU
+
+
+def _modelled_gpu(value: str, comment: Comment, table: CsvTable) -> str:
+    """``value`` as a GPU type that the performance model has speeds for.
+
+    Every job's speed is relative to the reference GPU, so a type the model does not know
+    would only fail later, inside a replay.
+    """
+    name = canonical_gpu_type(value)
+    if name is not None and _is_modelled(name):
+        return name
+    known = ", ".join(gpu for gpu in KNOWN_GPU_TYPES if _is_modelled(gpu))
+    message = f"unknown reference GPU type {value.strip()!r} in '# reference_gpu:' (known: {known})"
+    raise InputError(message, path=table.path, line=comment.line)
+
+
+def _is_modelled(gpu_type: str) -> bool:
+    try:
+        PerformanceModel.default().canonical_gpu_type(gpu_type)
+    except UnknownNameError:
+        return False
+    return True
 
 
 def _schema_job(columns: dict[str, int], fields: list[str], line: int) -> Job:

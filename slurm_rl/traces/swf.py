@@ -15,6 +15,7 @@ like every trace clock here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
 from datetime import UTC, datetime
@@ -24,9 +25,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from slurm_rl.core import Job
 from slurm_rl.errors import InputError
 from slurm_rl.traces._rows import (
+    Comment,
     NumberedLines,
     RowError,
     TraceBuilder,
+    bounded_seconds,
     check_width,
     content_lines,
     parse_count,
@@ -35,7 +38,7 @@ from slurm_rl.traces._rows import (
     trace_name,
 )
 from slurm_rl.traces.families import trace_job
-from slurm_rl.traces.model import Trace
+from slurm_rl.traces.model import MAX_CLOCK_SECONDS, MAX_UTC_OFFSET_SECONDS, Trace
 
 # SWF logs are CPU logs: there is no measured GPU. We take Philly's reference so that an SWF
 # log replays on the same speed scale as the Philly trace; docs/traces.md says it is arbitrary.
@@ -62,13 +65,16 @@ SWF_FIELDS = (
     "think_time",
 )
 _FIELD = {name: index for index, name in enumerate(SWF_FIELDS)}
+# UnixStartTime is a wall-clock time: from 1970 to 2100, the range every trace clock lies in.
+_START_RANGE = (0.0, MAX_CLOCK_SECONDS)
+_SHIFT_RANGE = (-MAX_UTC_OFFSET_SECONDS, MAX_UTC_OFFSET_SECONDS)
 
 Clock = Callable[[float], float]
 
 
 def read_swf(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
     lines = NumberedLines(path)
-    comments: list[str] = []
+    comments: list[Comment] = []
     builder = TraceBuilder(lines.path, skip_bad_rows)
     with closing(_numbered_rows(lines, comments)) as rows:
         first = next(rows, None)  # reading the first row has read the whole ';' header
@@ -78,7 +84,7 @@ def read_swf(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
 
 
 def _numbered_rows(
-    lines: NumberedLines, comments: list[str]
+    lines: NumberedLines, comments: list[Comment]
 ) -> Generator[tuple[int, list[str]], None, None]:
     for text in content_lines(lines, comments, ";"):
         yield lines.line, text.split()
@@ -102,47 +108,69 @@ def _chain(
         yield from rest
 
 
-def _header_fields(comments: list[str]) -> dict[str, str]:
+def _header_fields(comments: list[Comment]) -> dict[str, Comment]:
     """``Key: value`` pairs of the ``;`` header (the first occurrence of each key)."""
-    header: dict[str, str] = {}
+    header: dict[str, Comment] = {}
     for comment in comments:
-        key, colon, value = comment.partition(":")
+        key, colon, value = comment.text.partition(":")
         if colon and key.strip() and " " not in key.strip():
-            header.setdefault(key.strip(), value.strip())
+            header.setdefault(key.strip(), Comment(comment.line, value.strip()))
     return header
 
 
-def _source(header: dict[str, str], path: Path) -> str:
-    machine = ", ".join(header[key] for key in ("Computer", "Installation") if key in header)
+def _source(header: dict[str, Comment], path: Path) -> str:
+    machine = ", ".join(header[key].text for key in ("Computer", "Installation") if key in header)
     described = f"{SWF_SOURCE} ({machine})" if machine else SWF_SOURCE
     return f"{described}; read from {path}"
 
 
-def _local_clock(header: dict[str, str], path: Path) -> Clock:
+def _local_clock(header: dict[str, Comment], path: Path) -> Clock:
     """Maps submit offsets to the local wall clock (read as UTC) of the log's machine."""
-    start = _header_number(header, "UnixStartTime", path)
-    zone = _zone(header.get("TimeZoneString", ""))
+    start = _header_number(header, "UnixStartTime", path, _START_RANGE)
+    zone = _zone(header, path)
     if zone is not None:
         return lambda offset: _in_zone(start + offset, zone)
-    shift = _header_number(header, "TimeZone", path)
+    shift = _header_number(header, "TimeZone", path, _SHIFT_RANGE)
     return lambda offset: start + shift + offset
 
 
-def _header_number(header: dict[str, str], key: str, path: Path) -> float:
-    text = header.get(key, "0").strip() or "0"
+def _header_number(
+    header: dict[str, Comment], key: str, path: Path, bounds: tuple[float, float]
+) -> float:
+    """The header's number ``key`` (0 when absent or empty), within ``bounds``."""
+    entry = header.get(key)
+    if entry is None or not entry.text:
+        return 0.0
+    value = _finite(entry.text)
+    if value is None:
+        message = f"SWF header field {key} is not a number: {entry.text!r}"
+        raise InputError(message, path=path, line=entry.line)
+    if not bounds[0] <= value <= bounds[1]:
+        span = f"{bounds[0]:.0f} .. {bounds[1]:.0f}"
+        message = f"SWF header field {key} is out of range: {entry.text} (not in {span})"
+        raise InputError(message, path=path, line=entry.line)
+    return value
+
+
+def _finite(text: str) -> float | None:
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
-        raise InputError(f"SWF header field {key} is not a number: {text!r}", path=path) from None
+        return None
+    return value if math.isfinite(value) else None
 
 
-def _zone(name: str) -> ZoneInfo | None:
-    if not name:
+def _zone(header: dict[str, Comment], path: Path) -> ZoneInfo | None:
+    """The ``TimeZoneString`` zone; None when there is none (the ``TimeZone`` shift is used)."""
+    entry = header.get("TimeZoneString")
+    if entry is None or not entry.text:
         return None
     try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return None
+        return ZoneInfo(entry.text)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        # Falling back to the fixed TimeZone shift would be wrong by the summer-time hour.
+        message = f"SWF header field TimeZoneString is not a known time zone: {entry.text!r}"
+        raise InputError(message, path=path, line=entry.line) from None
 
 
 def _in_zone(unix_time: float, zone: ZoneInfo) -> float:
@@ -169,10 +197,10 @@ def _submit_offset(text: str) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if value < 0:
+    if not value >= 0:  # also nan
         message = f"unparsable timestamp {text!r} (expected seconds >= 0)"
         raise RowError("unparsable timestamp", message, "submit_time")
-    return value
+    return bounded_seconds(value, text, "submit_time")
 
 
 def _run_time(text: str) -> float:
