@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from slurm_rl.daemon.config import load_config
 from slurm_rl.daemon.runner import Daemon
 from slurm_rl.errors import SlurmRLError
 from tests.test_daemon import Clock, _cluster, _config, _problems
@@ -61,6 +62,7 @@ def test_an_unusable_bundle_at_start_falls_back_with_one_line(
 
 @pytest.mark.parametrize("name", ["rl+nowhere", "rl-nocomm+best-fit", "magic+rl"])
 def test_unknown_learned_names_are_refused_in_one_line(tmp_path: Path, name: str) -> None:
+    """Refused where the config is read, naming the key, before a daemon is built."""
     with pytest.raises(SlurmRLError) as error:
-        Daemon(lambda: _config(tmp_path, policy=name), runner=_cluster(), clock=Clock())
-    assert "unknown" in str(error.value) and "\n" not in str(error.value)
+        load_config(None, {"policy": name, "state_dir": tmp_path})
+    assert "[daemon] policy: unknown" in str(error.value) and "\n" not in str(error.value)

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from slurm_rl.errors import InputError
+from slurm_rl.errors import InputError, UnknownNameError
 from slurm_rl.slurm.deferral import DeferralConfig
 
 ModeName = Literal["shadow", "advise", "enforce"]
@@ -120,10 +120,16 @@ class DaemonConfig(BaseModel):
     @field_validator("policy")
     @classmethod
     def _policy_runs_live(cls, policy: str) -> str:
+        from slurm_rl.daemon.policy import check_name  # the registry: numpy and friends
+
         ordering = policy.partition("+")[0]
         if ordering in SIMULATOR_ONLY_ORDERINGS:
             raise ValueError(f"{ordering} orders jobs by their true run times, which only a "
                              "trace has (live it would be FIFO); use qssf, multifactor or rl")
+        try:
+            check_name(policy)
+        except UnknownNameError as exc:
+            raise ValueError(str(exc)) from None
         return policy
 
     @model_validator(mode="after")

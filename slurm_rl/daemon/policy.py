@@ -51,6 +51,14 @@ def _check_learned_name(name: str) -> None:
         raise UnknownNameError("policy", name, ["rl-nocomm+rl"])
 
 
+def check_name(name: str) -> None:
+    """:class:`UnknownNameError` for a name no policy has (reads no bundle)."""
+    if is_learned(name):
+        _check_learned_name(name)
+    else:
+        make_scheduler(name, gpu_speeds(), seed=0)  # a baseline builds in microseconds
+
+
 def make_policy(name: str, *, seed: int = 0, bundle: Path | None = None) -> Scheduler:
     """The scheduler the daemon runs for ``name`` (a new one, weights read again)."""
     if not is_learned(name):
