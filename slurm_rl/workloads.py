@@ -75,7 +75,10 @@ def open_measured_workload(
     trace = load_trace(path, fmt, skip_bad_rows=skip_bad_rows)
     if not window_spec:
         return trace, (trace.jobs[0].submit_time + warmup if warmup and trace.jobs else None)
-    start, end = parse_window(window_spec)
+    try:
+        start, end = parse_window(window_spec)
+    except InputError as exc:  # the parser serves several options: say which one this is
+        raise InputError(f"--window: {exc}") from None
     measured = window(trace, start, end)
     if not measured.jobs:
         raise InputError(f"window {window_spec} holds no jobs of trace {trace.name!r}")
