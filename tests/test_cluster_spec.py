@@ -152,6 +152,12 @@ def test_an_unknown_spec_name_lists_the_known_ones() -> None:
         (_spec(GOOD_GROUP.replace("price_source", "#")), "node_groups[0].price_source",
          "missing required key"),
         (_spec() + "[fluctuation]\nsigma = -1.0\n", "fluctuation.sigma", "greater than"),
+        # typos that would hang or overflow a replay instead of failing
+        (_spec() + "[fluctuation]\nsigma = 1e300\n", "fluctuation.sigma", "less than or equal"),
+        (_spec() + "[fluctuation]\nstep_s = 1e-6\n", "fluctuation.step_s", "greater than"),
+        (_spec() + "[fluctuation]\nseed = -7\n", "fluctuation.seed", "greater than"),
+        (_spec(GOOD_GROUP.replace("2.48", "1e308")), "node_groups[0].price_per_gpu_hour",
+         "less than or equal"),
         (_spec(GOOD_GROUP + 'speed_like = "P100"\n'), "node_groups[0].speed_like",
          "is measured"),
         (_spec(GOOD_GROUP.replace('"V100"', '"H100"') + 'speed_like = "H200"\n'),

@@ -60,7 +60,8 @@ class _NodeGroup(_Strict):
     gpu_type: str = Field(min_length=1)
     count: int = Field(ge=1)
     gpus_per_node: int = Field(ge=1, le=64)
-    price_per_gpu_hour: float = Field(ge=0, allow_inf_nan=False)
+    # A GPU-hour costs dollars, not millions of them: above that, fees overflow to inf.
+    price_per_gpu_hour: float = Field(ge=0, le=1e4, allow_inf_nan=False)
     price_source: str = Field(min_length=1)
     prefix: str | None = None
     speed_like: str | None = None
@@ -70,12 +71,15 @@ class _NodeGroup(_Strict):
 
 class _Fluctuation(_Strict):
     enabled: bool = True
-    sigma: float = Field(default=_DEFAULTS.sigma, ge=0, allow_inf_nan=False)
+    # Bounds against typos that would not fail but hang or overflow a replay: a log-speed
+    # spread above 2 (a machine 7x slower or faster at one sigma) or a step under a minute
+    # (a month's replay in a million steps) is no measured machine behaviour.
+    sigma: float = Field(default=_DEFAULTS.sigma, ge=0, le=2, allow_inf_nan=False)
     tau_s: float = Field(default=_DEFAULTS.tau_s, gt=0, allow_inf_nan=False)
-    step_s: float = Field(default=_DEFAULTS.step_s, gt=0, allow_inf_nan=False)
+    step_s: float = Field(default=_DEFAULTS.step_s, ge=60, allow_inf_nan=False)
     straggler_share: float = Field(default=_DEFAULTS.straggler_share, ge=0, le=1)
     straggler_factor: float = Field(default=_DEFAULTS.straggler_factor, gt=0, le=1)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)
 
 
 class _Spec(_Strict):
