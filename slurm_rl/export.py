@@ -124,7 +124,7 @@ def export_command(config_path: Path | None, store_url: str | None, since: str, 
                    output: Path, tables: str) -> None:
     """Export cycles, jobs, decisions and outcomes since a time to CSV or Parquet."""
     from slurm_rl.daemon.config import store_command_config
-    from slurm_rl.store.repository import make_engine
+    from slurm_rl.store.repository import make_engine, require_store
 
     chosen = [t.strip() for t in tables.split(",") if t.strip()]
     unknown = [t for t in chosen if t not in TABLES]
@@ -138,6 +138,7 @@ def export_command(config_path: Path | None, store_url: str | None, since: str, 
             raise InputError("--format parquet needs pyarrow: pip install 'slurm-rl[export]' "
                              "(or use --format csv)") from None
     config = store_command_config(config_path, store_url)
+    require_store(config.store)
     engine = make_engine(config.store)
     try:
         counts = export(engine, parse_since(since), output, fmt, chosen)

@@ -25,9 +25,10 @@ def _registry(config_path: Path | None, store_url: str | None) -> object:
     from slurm_rl.daemon.config import store_command_config
     from slurm_rl.retrain.window import RetrainSkipped, check_schema
     from slurm_rl.store.registry import ModelRegistry
-    from slurm_rl.store.repository import make_engine
+    from slurm_rl.store.repository import make_engine, require_store
 
     config = store_command_config(config_path, store_url)
+    require_store(config.store)
     engine = make_engine(config.store)
     try:
         check_schema(engine)

@@ -88,6 +88,19 @@ def test_files_that_are_not_text_are_one_line(tmp_path: Path) -> None:
     assert code != 0 and lines == [f"error: {junk}: not UTF-8 text (byte 0)"]
 
 
+@pytest.mark.parametrize("command", [["models", "list"], ["export", "--since", "1d"],
+                                     ["retrain"]])
+def test_a_store_that_is_not_there_is_named_not_created(
+    command: list[str], tmp_path: Path
+) -> None:
+    missing = tmp_path / "never.sqlite"
+    extra = ["--output", str(tmp_path / "out")] if command[0] == "export" else []
+    code, lines = _run(*command, *extra, "--store", f"sqlite:///{missing}")
+    assert code == 2 and lines == [f"error: no store at sqlite:///{missing} (has the daemon "
+                                   "run with this config?)"]
+    assert not missing.exists()
+
+
 def test_retrain_checks_its_arguments_before_the_store(tmp_path: Path) -> None:
     """An empty store would otherwise answer "retrain skipped" and hide the bad argument."""
     url = f"sqlite:///{tmp_path / 'empty.sqlite'}"

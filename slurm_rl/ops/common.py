@@ -11,7 +11,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from slurm_rl.daemon.config import DaemonConfig, config_path, load_config
 from slurm_rl.errors import SlurmRLError
-from slurm_rl.store.repository import Store
+from slurm_rl.store.repository import Store, require_store
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -23,9 +23,7 @@ def load(config_file: Path | None, store_url: str | None = None) -> DaemonConfig
 def open_store(config: DaemonConfig) -> Store:
     """The daemon's store, without migrating it (a reader must not change the schema, nor
     create an empty SQLite file where the daemon never wrote one)."""
-    url = config.store
-    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
-        raise SlurmRLError(f"no store at {url} (has the daemon run with this config?)")
+    require_store(config.store)
     try:
         store = Store(config.store, upgrade=False)
         with store.engine.connect():

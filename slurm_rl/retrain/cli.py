@@ -73,12 +73,14 @@ def retrain_command(config_path: Path | None, store_url: str | None, **options: 
     finds it better than the current policy by the margin."""
     from slurm_rl.daemon.config import store_command_config
     from slurm_rl.retrain.run import retrain
+    from slurm_rl.store.repository import require_store
 
     if not logging.getLogger().handlers:  # progress and problems on stderr
         logging.basicConfig(stream=sys.stderr, format=LOG_FORMAT, level=logging.WARNING)
     config = store_command_config(config_path, store_url)
     settings = settings_from(config, options)
     check_usable(settings)
+    require_store(config.store)
     # The outcome is the command's one line of output (stdout), not a log line as well.
     result = retrain(config.store, settings, say=lambda r: click.echo(r.message))
     sys.exit(1 if result.status == "failed" else 0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine, event, select
@@ -38,6 +39,13 @@ class ActionRecord:
 
 def job_key(cluster: str, job_id: str) -> str:
     return f"{cluster}:{job_id}"
+
+
+def require_store(url: str) -> None:
+    """For commands that read a store the daemon made: a SQLite file that is not there is an
+    error (SQLite would quietly create an empty one, and the command report "nothing")."""
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
+        raise InputError(f"no store at {url} (has the daemon run with this config?)")
 
 
 def make_engine(url: str) -> Engine:
