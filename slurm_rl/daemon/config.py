@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from slurm_rl.errors import InputError, UnknownNameError
+from slurm_rl.errors import InputError, SlurmRLError
 from slurm_rl.slurm.deferral import DeferralConfig
 
 ModeName = Literal["shadow", "advise", "enforce"]
@@ -36,10 +36,6 @@ JOBCOMP_POSITION_FILE = "jobcomp.position"
 DEFAULT_CONFIG_PATH = Path("/etc/slurm-rl/slurm-rl.toml")
 CONFIG_PATH_ENV = "SLURM_RL_CONFIG"
 ENV_PREFIX = "SLURM_RL_"
-
-
-# Orderings that need what only a trace knows: the simulator's reference, never a live policy.
-SIMULATOR_ONLY_ORDERINGS = ("sjf-oracle",)
 
 
 class DaemonConfig(BaseModel):
@@ -122,13 +118,9 @@ class DaemonConfig(BaseModel):
     def _policy_runs_live(cls, policy: str) -> str:
         from slurm_rl.daemon.policy import check_name  # the registry: numpy and friends
 
-        ordering = policy.partition("+")[0]
-        if ordering in SIMULATOR_ONLY_ORDERINGS:
-            raise ValueError(f"{ordering} orders jobs by their true run times, which only a "
-                             "trace has (live it would be FIFO); use qssf, multifactor or rl")
         try:
             check_name(policy)
-        except UnknownNameError as exc:
+        except SlurmRLError as exc:
             raise ValueError(str(exc)) from None
         return policy
 

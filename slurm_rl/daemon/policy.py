@@ -21,6 +21,8 @@ from slurm_rl.scheduler import Scheduler
 LEARNED_ORDERING = ("rl", "rl-nocomm")
 LEARNED_PLACEMENT = "rl"
 FALLBACK_POLICY = "qssf+fastest-gpu"
+# Orderings that need what only a trace knows: the simulator's reference, never a live policy.
+SIMULATOR_ONLY_ORDERINGS = ("sjf-oracle",)
 
 
 class PolicyBundleError(SlurmRLError):
@@ -52,7 +54,14 @@ def _check_learned_name(name: str) -> None:
 
 
 def check_name(name: str) -> None:
-    """:class:`UnknownNameError` for a name no policy has (reads no bundle)."""
+    """:class:`UnknownNameError` for a name no live policy has (reads no bundle)."""
+    ordering = name.partition("+")[0]
+    if ordering in SIMULATOR_ONLY_ORDERINGS:
+        raise SlurmRLError(f"{ordering} orders jobs by their true run times, which only a "
+                           "trace has (live it would be FIFO); use qssf, multifactor or rl")
+    if ordering not in (*ORDERING, *LEARNED_ORDERING):
+        live = [o for o in (*ORDERING, *LEARNED_ORDERING) if o not in SIMULATOR_ONLY_ORDERINGS]
+        raise UnknownNameError("ordering policy", ordering, live)
     if is_learned(name):
         _check_learned_name(name)
     else:
