@@ -57,9 +57,16 @@ def test_a_store_url_that_is_no_url_is_one_line(command: list[str], tmp_path: Pa
     extra = ["--output", str(tmp_path / "out")] if command[0] == "export" else []
     code, lines = _run(*command, *extra, "--store", "notaurl")
     assert code == 2 and lines == [
-        "error: store URL 'notaurl': Could not parse SQLAlchemy URL from given URL string; give "
-        "a SQLAlchemy URL, e.g. sqlite:////var/lib/slurm-rl/slurm-rl.sqlite or "
+        "error: store URL 'notaurl...': Could not parse SQLAlchemy URL from given URL string; "
+        "give a SQLAlchemy URL, e.g. sqlite:////var/lib/slurm-rl/slurm-rl.sqlite or "
         "postgresql+psycopg://user@host/db"]
+
+
+def test_a_store_url_error_never_shows_the_password() -> None:
+    code, lines = _run("models", "list", "--store", "postgres://u:s3cret@h/db")
+    assert code == 2 and "s3cret" not in lines[-1] and "'postgres://u:***@h/db'" in lines[-1]
+    code, lines = _run("models", "list", "--store", "postgresql+psycopg://u:s3cret@h:port/db")
+    assert code == 2 and "s3cret" not in lines[-1] and "invalid literal" in lines[-1]
 
 
 @pytest.mark.parametrize("body, expected", [

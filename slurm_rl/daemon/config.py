@@ -254,10 +254,12 @@ def config_path(given: Path | None, environ: Mapping[str, str] | None = None) ->
 
 
 def store_command_config(given: Path | None, store_url: str | None) -> DaemonConfig:
-    """The config a store command (retrain, models, export) acts on, found as the daemon
-    finds its own (``--config``, ``$SLURM_RL_CONFIG``, the site file); ``--store`` overrides
-    its store. Without any of them there is no store to act on."""
-    path = config_path(given)
+    """The config a store command (retrain, models, export) acts on: ``--config``; without
+    it and without ``--store``, the file the daemon would read (``$SLURM_RL_CONFIG``, the
+    site file). ``--store`` alone reads no file: the daemon's scheduled retrain passes its
+    settings on the command line, and a user who may not read the site file can still
+    name a store."""
+    path = given if given is not None or store_url is not None else config_path(None)
     if path is None and store_url is None:
         raise InputError(f"give --store URL or --config FILE (the daemon's store); neither "
                          f"${CONFIG_PATH_ENV} nor {DEFAULT_CONFIG_PATH} names one")

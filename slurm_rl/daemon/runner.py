@@ -185,6 +185,7 @@ class Daemon:
         self.models = ModelFollower(self.store.engine) if config.models_follow else None
         self.schedule: RetrainSchedule | None = None  # retraining and retention, in run()
         self._looping = False  # run() owns the schedule and the metrics endpoint
+        self._services: DaemonConfig | None = None  # the config they were started with
         if self.models is not None:
             self.models.seen = None  # the parts above run the configured policy
             self.follow_models()
@@ -367,6 +368,7 @@ class Daemon:
                  self.config.policy, self.config.recorded_mode, self.config.interval_s,
                  self.store.engine.url.render_as_string(hide_password=True))
         self._looping = True
+        self._services = self._base_config
         self.schedule = start_schedule(self._base_config, self.store.engine)
         self.metrics.serve(self.config.metrics_address, self.config.metrics_port)
         with self._signal_handlers():
@@ -392,7 +394,7 @@ class Daemon:
     def reload(self) -> bool:
         """Re-read the config and rebuild policy, source and actuator; False keeps the old."""
         self._reload = False
-        old, old_store, old_base = self.parts, self.store, self._base_config
+        old, old_store = self.parts, self.store
         store: Store | None = None
         try:
             config = self._base_config = self._load()
@@ -409,19 +411,22 @@ class Daemon:
             log.warning("reload failed, keeping the running config: %s", exc)
             return False
         self._follow_after_reload(store is not None)
-        self._restart_services(old_base, self._base_config)
+        self._restart_services(self._base_config)
         if store is not None:
             self._flush_quietly()  # outcomes kept for the old store go to the new one
             old_store.engine.dispose()
         log.info("reloaded config: policy %s, mode %s", config.policy, config.recorded_mode)
         return True
 
-    def _restart_services(self, old: DaemonConfig, new: DaemonConfig) -> None:
+    def _restart_services(self, new: DaemonConfig) -> None:
         """A reload's retraining, retention and metrics settings take effect: the schedule
         is started afresh (its next run counts from now) and the endpoint moves, only when
-        their settings changed."""
-        if not self._looping:
+        their settings differ from those they run with (not from the last config read: a
+        reload that failed read one too)."""
+        old = self._services
+        if not self._looping or old is None:
             return
+        self._services = new
         if schedule_settings(old) != schedule_settings(new):
             if self.schedule is not None:
                 self.schedule.shutdown()

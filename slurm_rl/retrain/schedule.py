@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import MetaData, Table, delete, inspect
 from sqlalchemy.engine import Engine
 
 from slurm_rl.daemon.config import DaemonConfig
@@ -85,6 +86,16 @@ def run_retention(store_url: str, days: float) -> None:
         engine.dispose()
 
 
+def forget_disabled_jobs(config: DaemonConfig, engine: Engine) -> None:
+    disabled = [job for job, on in ((RETRAIN_JOB, config.retrain_every_h > 0),
+                                    (RETENTION_JOB, config.retention_days > 0)) if not on]
+    if not disabled or not inspect(engine).has_table(JOB_TABLE):
+        return
+    table = Table(JOB_TABLE, MetaData(), autoload_with=engine)
+    with engine.begin() as connection:
+        connection.execute(delete(table).where(table.c.id.in_(disabled)))
+
+
 class RetrainSchedule:
     def __init__(self, scheduler: BackgroundScheduler) -> None:
         self.scheduler = scheduler
@@ -98,7 +109,10 @@ class RetrainSchedule:
 
 
 def start_schedule(config: DaemonConfig, engine: Engine) -> RetrainSchedule | None:
-    """Start the scheduler when retraining or retention is configured (else None)."""
+    """Start the scheduler when retraining or retention is configured (else None). A job
+    the config turns off is removed from the store first: the job store is persistent, and
+    APScheduler would otherwise run a stored job on (retention deleting rows at its old age)."""
+    forget_disabled_jobs(config, engine)
     if config.retrain_every_h <= 0 and config.retention_days <= 0:
         return None
     scheduler = BackgroundScheduler(

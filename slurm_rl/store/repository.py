@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, select
-from sqlalchemy.engine import Engine
+from sqlalchemy import create_engine, event, make_url, select
+from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -41,23 +41,45 @@ def job_key(cluster: str, job_id: str) -> str:
     return f"{cluster}:{job_id}"
 
 
+_EXAMPLE_URLS = ("sqlite:////var/lib/slurm-rl/slurm-rl.sqlite or "
+                 "postgresql+psycopg://user@host/db")
+
+
 def require_store(url: str) -> None:
     """For commands that read a store the daemon made: a SQLite file that is not there is an
     error (SQLite would quietly create an empty one, and the command report "nothing")."""
-    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
-        raise InputError(f"no store at {url} (has the daemon run with this config?)")
+    parsed = _parsed(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") \
+            or database.startswith("file:"):
+        return
+    if not Path(database).is_file():
+        raise InputError(f"no store at {_shown(parsed)} (has the daemon run with this config?)")
 
 
 def make_engine(url: str) -> Engine:
+    parsed = _parsed(url)
     try:
-        engine = create_engine(url)
-    except ArgumentError as exc:  # not a URL at all, or an unknown dialect
-        raise InputError(f"store URL {url!r}: {str(exc).splitlines()[0]}; give a "
-                         "SQLAlchemy URL, e.g. sqlite:////var/lib/slurm-rl/slurm-rl.sqlite "
-                         "or postgresql+psycopg://user@host/db") from None
+        engine = create_engine(parsed)
+    except (ArgumentError, ValueError) as exc:  # an unknown dialect, a port that is no number
+        raise InputError(f"store URL '{_shown(parsed)}': {str(exc).splitlines()[0]}; give a "
+                         f"SQLAlchemy URL, e.g. {_EXAMPLE_URLS}") from None
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
+
+
+def _parsed(url: str) -> URL:
+    try:
+        return make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        # The text may hold a password: show it only up to the scheme.
+        raise InputError(f"store URL '{url.split(':', 1)[0]}...': {str(exc).splitlines()[0]}; "
+                         f"give a SQLAlchemy URL, e.g. {_EXAMPLE_URLS}") from None
+
+
+def _shown(url: URL) -> str:
+    return url.render_as_string(hide_password=True)
 
 
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:

@@ -35,7 +35,16 @@ def test_the_schedule_keeps_its_job_in_the_store_coalesced_one_at_a_time(
         assert set(ids) == {RETRAIN_JOB, "slurm-rl-retention"}
     finally:
         schedule.shutdown()
+    # Turning retention off removes its stored job (APScheduler would load and run it on).
+    schedule = start_schedule(config.model_copy(update={"retention_days": 0.0}), store.engine)
+    assert schedule is not None
+    try:
+        assert schedule.scheduler.get_job("slurm-rl-retention") is None
+    finally:
+        schedule.shutdown()
     assert start_schedule(DaemonConfig(state_dir=tmp_path), store.engine) is None  # off
+    with store.engine.connect() as connection:
+        assert connection.execute(sa.text(f"SELECT id FROM {JOB_TABLE}")).scalars().all() == []
 
 
 def test_the_scheduled_command_line_is_one_the_command_accepts(tmp_path: Path) -> None:
@@ -87,8 +96,8 @@ def test_an_empty_store_retrain_exits_0_with_the_skip_line(tmp_path: Path) -> No
 
 
 def test_the_store_commands_find_the_site_config_as_the_daemon_does(tmp_path: Path) -> None:
-    """retrain, models and export read $SLURM_RL_CONFIG (else /etc/slurm-rl/slurm-rl.toml)
-    like the daemon, so cron and an admin's shell act on the daemon's store and settings."""
+    """Without --config or --store, retrain, models and export read $SLURM_RL_CONFIG (else
+    /etc/slurm-rl/slurm-rl.toml) like the daemon: an admin's shell acts on its store."""
     url = f"sqlite:///{tmp_path / 'site.sqlite'}"
     Store(url)
     site = tmp_path / "slurm-rl.toml"
@@ -104,6 +113,11 @@ def test_the_store_commands_find_the_site_config_as_the_daemon_does(tmp_path: Pa
                                          str(tmp_path / "out")], env=env)
     assert exported.exit_code == 0, exported.output
     assert (tmp_path / "out" / "cycles.csv").is_file()
+    # --store alone reads no file: the daemon's scheduled retrain passes its own settings, and
+    # a site file this user may not read (or a broken one) is not in the way.
+    broken = {"SLURM_RL_CONFIG": str(tmp_path / "unreadable.toml")}
+    listed = CliRunner().invoke(main, ["models", "list", "--store", url], env=broken)
+    assert listed.exit_code == 0 and "no model versions" in listed.output, listed.output
 
 
 def test_parquet_export_needs_pyarrow_else_one_line(tmp_path: Path) -> None:
