@@ -164,6 +164,30 @@ def test_a_reload_moves_the_retrain_schedule_and_the_metrics_endpoint(tmp_path: 
     assert not loop.is_alive()
 
 
+def test_a_failed_reload_does_not_hide_the_next_ones_schedule_change(tmp_path: Path) -> None:
+    first = _config(tmp_path, retrain_every_h=24.0, metrics_port=0)
+    twelve = first.model_copy(update={"retrain_every_h": 12.0})
+    broken = twelve.model_copy(update={"policy": "rl+rl", "policy_bundle": tmp_path / "none"})
+    configs = [first]
+    daemon = Daemon(lambda: configs[-1], runner=_cluster(), clock=Clock())
+    loop = threading.Thread(target=daemon.run, name="daemon-loop")
+    loop.start()
+    try:
+        _until(lambda: _retrain_every(daemon) == timedelta(hours=24), "the schedule")
+        configs.append(broken)  # its bundle is missing: the reload fails, 24 h stays
+        cycles = daemon.cycles
+        daemon.request_reload()
+        _until(lambda: daemon.cycles > cycles + 1, "cycles after the failed reload")
+        assert _retrain_every(daemon) == timedelta(hours=24)
+        configs.append(twelve)
+        daemon.request_reload()
+        _until(lambda: _retrain_every(daemon) == timedelta(hours=12), "the 12 h schedule")
+    finally:
+        daemon.request_stop()
+        loop.join(timeout=30)
+    assert not loop.is_alive()
+
+
 def _retrain_every(daemon: Daemon) -> timedelta | None:
     schedule = daemon.schedule
     job = schedule.scheduler.get_job(RETRAIN_JOB) if schedule is not None else None
