@@ -102,3 +102,26 @@ def test_the_packaged_plugin_config_agrees_with_the_packaged_daemon_config(
     plugin_conf = (packaging / deferral.CONF_NAME).read_text()
     ok, detail = check_deferral(config, _site(tmp_path, plugin_conf=plugin_conf))
     assert ok and "agrees with the daemon (heartbeat /run/slurm-rl/heartbeat)" in detail, detail
+
+
+@pytest.mark.parametrize("line", ["JobSubmitPlugins=job_submit/lua\n",
+                                  "JobSubmitPlugins=pbs, lua  # site comment\n"])
+def test_every_spelling_slurm_accepts_for_lua_passes(tmp_path: Path, line: str) -> None:
+    config = _config(tmp_path, heartbeat_path=Path("/run/slurm-rl/heartbeat"))
+    ok, detail = check_deferral(config, _site(tmp_path, line))
+    assert ok, detail
+
+
+def test_values_are_compared_as_the_plugin_reads_them(tmp_path: Path) -> None:
+    config = _config(tmp_path, partitions=("gpu", "debug"))
+    written = config.deferral.render().replace("partitions = gpu,debug", "partitions = debug, gpu")
+    written = written.replace("heartbeat_max_age = 30", "heartbeat_max_age = 30.0")
+    ok, detail = check_deferral(config, _site(tmp_path, plugin_conf=written))
+    assert ok, detail
+
+
+def test_an_unreadable_plugin_config_is_a_failed_check(tmp_path: Path) -> None:
+    path = _site(tmp_path)
+    (path.parent / deferral.CONF_NAME).write_bytes(b"\xff\xfe\x00 not text")
+    ok, detail = check_deferral(_config(tmp_path), path)
+    assert not ok and detail.startswith(f"cannot read {path.parent / deferral.CONF_NAME}")

@@ -19,7 +19,7 @@ from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.slurm import deferral
 
 NAME = "deferral plugin"
-_JOB_SUBMIT = re.compile(r"^\s*JobSubmitPlugins\s*=\s*(\S+)", re.MULTILINE | re.IGNORECASE)
+_JOB_SUBMIT = re.compile(r"^\s*JobSubmitPlugins\s*=\s*([^#\n]*)", re.MULTILINE | re.IGNORECASE)
 
 
 def check_deferral(config: DaemonConfig, slurm_conf: Path) -> tuple[bool, str]:
@@ -41,7 +41,9 @@ def check_deferral(config: DaemonConfig, slurm_conf: Path) -> tuple[bool, str]:
 
 def _not_installed(slurm_conf_text: str, conf_dir: Path) -> str | None:
     match = _JOB_SUBMIT.search(slurm_conf_text)
-    plugins = match.group(1).lower().split(",") if match else []
+    # "lua", "job_submit/lua" (the old spelling Slurm still strips), spaces after commas
+    names = match.group(1).lower().split(",") if match else []
+    plugins = [name.strip().removeprefix("job_submit/") for name in names]
     script = conf_dir / deferral.PLUGIN_NAME
     if "lua" in plugins and script.is_file():
         return None
@@ -49,6 +51,19 @@ def _not_installed(slurm_conf_text: str, conf_dir: Path) -> str | None:
     return (f"{what}, so no new job is deferred and the daemon places only jobs that queue; "
             f"fix: install the shipped job_submit.lua as {script}, set JobSubmitPlugins=lua "
             "and restart slurmctld (docs/operations.md)")
+
+
+def _same(key: str, found: str | None, wanted: str) -> bool:
+    """As the plugin reads values: partitions as a set split on commas and spaces, numbers
+    as numbers (``30.0`` is ``30``)."""
+    if found is None:
+        return False
+    if key == "partitions":
+        return set(re.split(r"[,\s]+", found.strip())) == set(re.split(r"[,\s]+", wanted))
+    try:
+        return float(found) == float(wanted)
+    except ValueError:
+        return found == wanted
 
 
 def _written_by_daemon(plugin_conf_dir: Path, conf_dir: Path) -> tuple[bool, str]:
@@ -64,9 +79,12 @@ def _written_by_daemon(plugin_conf_dir: Path, conf_dir: Path) -> tuple[bool, str
 
 def _agrees(config: DaemonConfig, path: Path) -> tuple[bool, str]:
     wanted = deferral.parse_config(config.deferral.render())
-    found = deferral.plugin_view(path)
+    try:
+        found = deferral.plugin_view(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        return False, f"cannot read {path}: {exc}; fix: make it readable text (key = value)"
     differ = [f"{key} {found.get(key)} (daemon: {value})" for key, value in wanted.items()
-              if found.get(key) != value]
+              if not _same(key, found.get(key), value)]
     source = str(path) if path.is_file() else f"the plugin's defaults (no {path})"
     if not differ:
         return True, f"{source} agrees with the daemon (heartbeat {config.heartbeat})"

@@ -58,6 +58,20 @@ def _slurm_conf(config: DaemonConfig) -> Path:
     return config.slurm_conf or Path(os.environ.get("SLURM_CONF", DEFAULT_SLURM_CONF))
 
 
+def _found_slurm_conf(config: DaemonConfig, runner: Runner) -> Path:
+    """slurm.conf as slurmctld reads it: the configured one, else the one ``scontrol show
+    config`` names (a source build keeps it in /usr/local/etc, older Ubuntus in
+    /etc/slurm-llnl), else the default."""
+    if config.slurm_conf or os.environ.get("SLURM_CONF"):
+        return _slurm_conf(config)
+    try:
+        shown = runner(("scontrol", "show", "config"), config.slurm_timeout_s).stdout
+    except SlurmRLError:
+        return DEFAULT_SLURM_CONF
+    match = re.search(r"^SLURM_CONF\s*=\s*(\S+)", shown, re.MULTILINE)
+    return Path(match.group(1)) if match else DEFAULT_SLURM_CONF
+
+
 def _munge_socket(config: DaemonConfig) -> str | None:
     try:
         text = _slurm_conf(config).read_text()
@@ -241,7 +255,8 @@ def run_checks(config: DaemonConfig) -> list[Check]:
     checks.append(latency)
     steps: list[Callable[[], Check]] = [
         lambda: check_permission(client, runner, pending),
-        lambda: Check(plugin_check.NAME, *plugin_check.check_deferral(config, _slurm_conf(config))),
+        lambda: Check(plugin_check.NAME,
+                      *plugin_check.check_deferral(config, _found_slurm_conf(config, runner))),
         lambda: check_store(config), lambda: check_model(config)]
     checks.extend(step() for step in steps)
     return checks
