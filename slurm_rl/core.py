@@ -20,6 +20,10 @@ from typing import Any, NoReturn, TypeVar
 import numpy as np
 
 JobId = str
+# The largest price per GPU-hour a cluster spec or the daemon's config accepts: generous for
+# any currency or internal unit, far below where fees overflow to inf (a retrain writes the
+# daemon's prices into a cluster spec, so both check against this one number).
+MAX_PRICE_PER_GPU_HOUR = 1e9
 K = TypeVar("K")
 V = TypeVar("V")
 

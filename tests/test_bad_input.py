@@ -73,7 +73,7 @@ def test_a_store_url_error_never_shows_the_password() -> None:
     ('[deamon]\nmode = "enforce"\n', "no [daemon] table (found [deamon])"),
     ('mode = "enforce"\n[daemon]\n', "mode: outside any table"),
     ("[daemon]\nprice_per_gpu_hour = { V100 = nan }\n",
-     "price_per_gpu_hour: V100: a price must be a finite number >= 0"),
+     "price_per_gpu_hour: V100: a price must be a number from 0 to 1e+09"),
     ('[daemon]\nstate_dir = ""\n', "state_dir: empty; name a directory"),
 ])
 def test_config_mistakes_that_would_apply_silently_are_refused(

@@ -470,7 +470,7 @@ def test_cli_refuses_an_unknown_policy_in_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
         "Error: command line: [daemon] policy: unknown placement policy 'nowhere'; known: "
-        "best-fit, cheapest-gpu, fastest-gpu, first-fit, random, rwgp"
+        "best-fit, cheapest-gpu, fastest-gpu, first-fit, random, rl, rwgp"
     ]
     assert not (tmp_path / "state").exists()  # nothing is created for a config that fails
 

@@ -14,7 +14,6 @@ since its settings would silently not apply.
 from __future__ import annotations
 
 import json
-import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -23,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from slurm_rl.core import MAX_PRICE_PER_GPU_HOUR
 from slurm_rl.errors import InputError, SlurmRLError
 from slurm_rl.slurm.deferral import DeferralConfig
 
@@ -101,9 +101,10 @@ class DaemonConfig(BaseModel):
     @field_validator("price_per_gpu_hour")
     @classmethod
     def _prices_are_finite(cls, prices: dict[str, float]) -> dict[str, float]:
-        bad = [gpu for gpu, price in prices.items() if not 0 <= price < math.inf]
+        bad = [gpu for gpu, price in prices.items() if not 0 <= price <= MAX_PRICE_PER_GPU_HOUR]
         if bad:
-            raise ValueError(f"{', '.join(bad)}: a price must be a finite number >= 0")
+            raise ValueError(f"{', '.join(bad)}: a price must be a number from 0 to "
+                             f"{MAX_PRICE_PER_GPU_HOUR:g}")
         return prices
 
     @field_validator("state_dir", mode="before")

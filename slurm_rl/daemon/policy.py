@@ -54,18 +54,18 @@ def _check_learned_name(name: str) -> None:
 
 
 def check_name(name: str) -> None:
-    """:class:`UnknownNameError` for a name no live policy has (reads no bundle)."""
-    ordering = name.partition("+")[0]
+    """:class:`UnknownNameError` for a name no live policy has; builds nothing (a config is
+    read on every reload, and ``rwgp`` would import torch)."""
+    ordering, sep, _ = name.partition("+")
     if ordering in SIMULATOR_ONLY_ORDERINGS:
         raise SlurmRLError(f"{ordering} orders jobs by their true run times, which only a "
                            "trace has (live it would be FIFO); use qssf, multifactor or rl")
+    if not sep:
+        raise UnknownNameError("policy", name, ["<ordering>+<placement>, e.g. fifo+best-fit"])
     if ordering not in (*ORDERING, *LEARNED_ORDERING):
         live = [o for o in (*ORDERING, *LEARNED_ORDERING) if o not in SIMULATOR_ONLY_ORDERINGS]
         raise UnknownNameError("ordering policy", ordering, live)
-    if is_learned(name):
-        _check_learned_name(name)
-    else:
-        make_scheduler(name, gpu_speeds(), seed=0)  # a baseline builds in microseconds
+    _check_learned_name(name)
 
 
 def make_policy(name: str, *, seed: int = 0, bundle: Path | None = None) -> Scheduler:

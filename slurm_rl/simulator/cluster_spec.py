@@ -39,7 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from slurm_rl.core import Cluster, FrozenDict, Node
+from slurm_rl.core import MAX_PRICE_PER_GPU_HOUR, Cluster, FrozenDict, Node
 from slurm_rl.errors import InputError, UnknownNameError
 from slurm_rl.paths import shipped
 from slurm_rl.simulator.fluctuation import FluctuationConfig
@@ -60,8 +60,8 @@ class _NodeGroup(_Strict):
     gpu_type: str = Field(min_length=1)
     count: int = Field(ge=1)
     gpus_per_node: int = Field(ge=1, le=64)
-    # A GPU-hour costs dollars, not millions of them: above that, fees overflow to inf.
-    price_per_gpu_hour: float = Field(ge=0, le=1e4, allow_inf_nan=False)
+    # Generous for any currency or internal unit, far below where fees overflow to inf.
+    price_per_gpu_hour: float = Field(ge=0, le=MAX_PRICE_PER_GPU_HOUR, allow_inf_nan=False)
     price_source: str = Field(min_length=1)
     prefix: str | None = None
     speed_like: str | None = None
