@@ -38,6 +38,8 @@ class WritableDir(click.Path):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
                 ) -> Any:
         path = Path(os.fsdecode(super().convert(value, param, ctx)))
+        if ctx is not None and ctx.resilient_parsing:  # shell completion: make nothing
+            return path
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.ops.selftest import check_store
@@ -35,6 +36,16 @@ def test_a_store_at_an_older_schema_passes_and_says_it_is_upgraded(
     engine.dispose()
     check = check_store(_config(tmp_path, store_url))
     assert check.ok and "schema 0001; the daemon upgrades it to" in check.detail, check.detail
+
+
+def test_a_store_a_newer_release_wrote_fails(store_url: str, tmp_path: Path) -> None:
+    """The daemon of this release could not start on it (Alembic knows no such revision)."""
+    store = Store(store_url)
+    with store.engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = '0099_future'"))
+    store.engine.dispose()
+    check = check_store(_config(tmp_path, store_url))
+    assert not check.ok and "schema 0099_future is newer than this release" in check.detail
 
 
 def test_a_running_store_reports_its_cycles(store_url: str, tmp_path: Path) -> None:

@@ -223,6 +223,9 @@ def _schema_state(store: Store) -> Check:
         if current is None:
             return Check("store", True, f"{url}: no slurm-rl tables yet; the daemon creates "
                          "them at its first start")
+        if current != head and not migrate.knows(store.engine, current):
+            return Check("store", False, f"{url}: schema {current} is newer than this release "
+                         f"({head}); fix: run the slurm-rl release that wrote it")
         if current != head:
             return Check("store", True, f"{url}: schema {current}; the daemon upgrades it to "
                          f"{head} at start")

@@ -38,6 +38,13 @@ def downgrade(engine: Engine, revision: str) -> None:
         command.downgrade(config, revision)
 
 
+def knows(engine: Engine, revision: str) -> bool:
+    """Whether this release has ``revision`` (a newer release's store: it has not)."""
+    names = {script.revision for script in
+             ScriptDirectory.from_config(alembic_config(engine)).walk_revisions()}
+    return revision in names
+
+
 def revisions(engine: Engine) -> tuple[str | None, str]:
     """The store's schema revision (None: no slurm-rl schema yet) and this release's head.
     Reads only; raises SQLAlchemyError when the store cannot be read."""
