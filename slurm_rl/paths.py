@@ -13,9 +13,11 @@ DATA_DIR = PACKAGE_DIR / "data"
 # Where an installed wheel puts the files the project ships beside the package (pyproject's
 # data-files): the default policy bundles, the cluster specs and the job_submit plugin. The
 # install scheme's data directory (Debian's system pip: /usr/local while sys.prefix is /usr),
-# then sys.prefix.
-SHARE_DIRS = tuple(dict.fromkeys(Path(root) / "share" / "slurm-rl" for root in
-                                 (sysconfig.get_path("data"), sys.prefix)))
+# then sys.prefix, then a `pip install --user`'s (~/.local).
+SHARE_DIRS = tuple(dict.fromkeys(
+    Path(root) / "share" / "slurm-rl"
+    for root in (sysconfig.get_path("data"), sys.prefix,
+                 sysconfig.get_path("data", f"{os.name}_user"))))
 
 
 def shipped(relative: str) -> Path:
