@@ -75,6 +75,8 @@ def test_a_store_url_error_never_shows_the_password() -> None:
     ("[daemon]\nprice_per_gpu_hour = { V100 = nan }\n",
      "price_per_gpu_hour: V100: a price must be a number from 0 to 1e+09"),
     ('[daemon]\nstate_dir = ""\n', "state_dir: empty; name a directory"),
+    ("[daemon]\nmetrics_port = true\n", "metrics_port: a number, not true"),
+    ("[daemon]\ninterval_s = false\n", "interval_s: a number, not false"),
 ])
 def test_config_mistakes_that_would_apply_silently_are_refused(
     tmp_path: Path, body: str, expected: str

@@ -20,7 +20,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from slurm_rl.core import MAX_PRICE_PER_GPU_HOUR
 from slurm_rl.errors import InputError, SlurmRLError
@@ -97,6 +105,15 @@ class DaemonConfig(BaseModel):
     log_json: bool = True  # one JSON line per decision on stdout (besides the cycle line)
     metrics_port: int = Field(default=9464, ge=0, le=65535)  # Prometheus on 127.0.0.1; 0 = off
     metrics_address: str = "127.0.0.1"  # never a public interface by default
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_not_booleans(cls, value: object, info: ValidationInfo) -> object:
+        # pydantic reads true as 1: `metrics_port = true` would serve on port 1
+        numeric = cls.model_fields[str(info.field_name)].annotation in (int, float)
+        if numeric and isinstance(value, bool):
+            raise ValueError(f"a number, not {str(value).lower()}")
+        return value
 
     @field_validator("price_per_gpu_hour")
     @classmethod
