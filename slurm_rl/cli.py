@@ -79,9 +79,10 @@ def main() -> None:
                    "helios-venus-slice, pai2023, swf, csv).")
 @click.option("--window", "window_spec", default=None,
               help="Submit-time window, e.g. 2017-10-01:2017-10-15 or 2017-10.")
-@click.option("--days", default=7.0, show_default=True, type=FiniteFloat(min=0.01),
+# At most ten years: a typo of 1e20 days would generate or replay for ever.
+@click.option("--days", default=7.0, show_default=True, type=FiniteFloat(min=0.01, max=3650),
               help="Length of the synthetic workload.")
-@click.option("--warmup-days", default=None, type=FiniteFloat(min=0.0),
+@click.option("--warmup-days", default=None, type=FiniteFloat(min=0.0, max=3650),
               help="Replay this many days before the window too, unmeasured, so the cluster is "
                    "busy when measuring starts [default: 3 for synthetic, else 0].")
 @click.option("--policies", default=None,

@@ -44,6 +44,13 @@ def test_numbers_must_be_finite(args: list[str], option: str) -> None:
     assert "is not a finite number" in lines[-1]
 
 
+@pytest.mark.parametrize("option", ["--days", "--warmup-days"])
+def test_days_are_bounded(option: str) -> None:
+    """1e20 days is finite, and would generate or replay for ever."""
+    code, lines = _run("simulate", "--cluster", "tiny", option, "1e20")
+    assert code == 2 and f"Invalid value for '{option}'" in lines[-1]
+
+
 def test_a_report_directory_that_cannot_be_made_fails_before_the_work(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
