@@ -32,7 +32,7 @@ from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.proc import Runner, make_runner
 from slurm_rl.slurm.source import in_partitions
 from slurm_rl.store import migrate
-from slurm_rl.store.repository import Store
+from slurm_rl.store.repository import Store, sqlite_file
 
 DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
 
@@ -201,7 +201,7 @@ def check_store(config: DaemonConfig) -> Check:
 
 
 def _missing_sqlite_file(url: str) -> Path | None:
-    path = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+    path = sqlite_file(url)
     return path if path is not None and not path.exists() else None
 
 

@@ -48,13 +48,21 @@ _EXAMPLE_URLS = ("sqlite:////var/lib/slurm-rl/slurm-rl.sqlite or "
 def require_store(url: str) -> None:
     """For commands that read a store the daemon made: a SQLite file that is not there is an
     error (SQLite would quietly create an empty one, and the command report "nothing")."""
+    path = sqlite_file(url)
+    if path is not None and not path.is_file():
+        raise InputError(f"no store at {_shown(_parsed(url))} (has the daemon run with this "
+                         "config?)")
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a file-backed SQLite store URL (None for other databases, ``:memory:``
+    and ``file:`` URIs)."""
     parsed = _parsed(url)
     database = parsed.database or ""
     if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") \
             or database.startswith("file:"):
-        return
-    if not Path(database).is_file():
-        raise InputError(f"no store at {_shown(parsed)} (has the daemon run with this config?)")
+        return None
+    return Path(database)
 
 
 def make_engine(url: str) -> Engine:
