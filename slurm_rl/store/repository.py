@@ -90,6 +90,15 @@ def _shown(url: URL) -> str:
     return url.render_as_string(hide_password=True)
 
 
+def shown_url(url: str) -> str:
+    """A store URL as it may be printed or logged: its password as ``***``, and a URL
+    that does not parse only up to its scheme (the rest may be a password)."""
+    try:
+        return _shown(make_url(url))
+    except (ArgumentError, ValueError):
+        return f"{url.split(':', 1)[0]}..."
+
+
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:
     cursor = connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
