@@ -96,7 +96,8 @@ def shown_url(url: str) -> str:
     try:
         return _shown(make_url(url))
     except (ArgumentError, ValueError):
-        return f"{url.split(':', 1)[0]}..."
+        scheme, colon, _ = url.partition(":")
+        return f"{scheme}:..." if colon and scheme.isidentifier() else "(a URL that does not parse)"
 
 
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:
