@@ -60,6 +60,31 @@ def test_an_unusable_bundle_at_start_falls_back_with_one_line(
     daemon.close()
 
 
+@pytest.mark.parametrize("damage", ["text weights", "nan network setting"])
+def test_a_damaged_bundle_at_start_falls_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
+    """Issue 18 (6): a text weights.pt raised an uncaught IndexError and the daemon did not
+    start; a NaN network setting was accepted and changed the schedule silently."""
+    import json
+
+    bundle = _bundle(tmp_path / "bundle")
+    if damage == "text weights":
+        (bundle / "weights.pt").write_text("all fine, trust me\n")  # torch: IndexError
+    else:
+        meta = json.loads((bundle / "meta.json").read_text())
+        meta["network"]["pace_sharpness"] = float("nan")
+        (bundle / "meta.json").write_text(json.dumps(meta))
+    config = _config(tmp_path, policy="rl+rl", policy_bundle=bundle)
+    with caplog.at_level(logging.INFO):
+        daemon = Daemon(lambda: config, runner=_cluster(), clock=Clock())
+    (line,) = _problems(caplog)
+    assert str(bundle) in line.getMessage()
+    assert line.getMessage().endswith("running qssf+fastest-gpu instead")
+    assert daemon.run_once().ok and _policies(daemon) == ["qssf+fastest-gpu"]
+    daemon.close()
+
+
 @pytest.mark.parametrize("name", ["rl+nowhere", "rl-nocomm+best-fit", "magic+rl"])
 def test_unknown_learned_names_are_refused_in_one_line(tmp_path: Path, name: str) -> None:
     """Refused where the config is read, naming the key, before a daemon is built."""

@@ -204,7 +204,9 @@ def test_missing_or_broken_bundles_are_refused(tmp_path: Path) -> None:
     ({"starvation_h": True}, "'starvation_h' must be a finite number >= 0, not True"),
     ({"communicate": "false"}, "'communicate' must be true or false, not 'false'"),
     ({"chooser": "nope"}, "'chooser' 'nope' is not one of"),
-    ({"network": [1, 2]}, "'network' does not describe a network this release builds"),
+    ({"network": [1, 2]}, "'network' must be a table"),
+    ({"network": {"hidden": 64, "unknown": 1.0}},
+     "'network' does not describe a network this release builds"),
 ])
 def test_a_bundle_with_a_bad_setting_is_refused_naming_it(
     tmp_path: Path, setting: dict[str, object], why: str
@@ -213,6 +215,51 @@ def test_a_bundle_with_a_bad_setting_is_refused_naming_it(
     meta = json.loads((path / "meta.json").read_text())
     (path / "meta.json").write_text(json.dumps({**meta, **setting}))
     with pytest.raises(BundleError, match=re.escape(f"{path}: meta.json {why}")):
+        load_bundle(path)
+
+
+@pytest.mark.parametrize("key, value, why", [
+    ("pace_sharpness", float("nan"), "network 'pace_sharpness' must be a finite number"),
+    ("pace_sharpness", 1e300, "network 'pace_sharpness' must be from 0 to 100"),
+    ("hidden", 2**40, "network 'hidden' must be a whole number from 1 to 4096"),
+    ("hidden", 64.5, "network 'hidden' must be a whole number from 1 to 4096"),
+    ("job_features", True, "network 'job_features' must be a finite number"),
+])
+def test_a_bundle_with_a_bad_network_setting_is_refused_naming_it(
+    tmp_path: Path, key: str, value: object, why: str
+) -> None:
+    """Issue 18 (6): a NaN network setting was accepted and silently changed the schedule."""
+    path = save_bundle(tmp_path / "b", bundle().network, {})
+    meta = json.loads((path / "meta.json").read_text())
+    meta["network"][key] = value
+    (path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(BundleError, match=re.escape(f"{path}: meta.json {why}")):
+        load_bundle(path)
+
+
+@pytest.mark.parametrize("content", [
+    "a text file, not a checkpoint\n",  # torch's unpickler: IndexError
+    "G",  # struct.error
+    "PK\x03\x04 text that starts like a zip\n",
+    "",
+])
+def test_a_weights_file_that_is_no_checkpoint_is_one_line(tmp_path: Path, content: str) -> None:
+    path = save_bundle(tmp_path / "b", bundle().network, {})
+    (path / "weights.pt").write_text(content)
+    with pytest.raises(BundleError, match="weights.pt is not a weights file slurm-rl wrote"):
+        load_bundle(path)
+
+
+def test_nan_weights_are_refused(tmp_path: Path) -> None:
+    import torch
+
+    network = bundle().network
+    path = save_bundle(tmp_path / "b", network, {})
+    state = network.state_dict()
+    first = next(iter(state))
+    state[first] = torch.full_like(state[first], float("nan"))
+    torch.save(state, path / "weights.pt")
+    with pytest.raises(BundleError, match=f"'{re.escape(first)}' holds NaN"):
         load_bundle(path)
 
 

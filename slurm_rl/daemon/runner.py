@@ -369,7 +369,7 @@ class Daemon:
                  self.store.engine.url.render_as_string(hide_password=True))
         self._looping = True
         self._services = self._base_config
-        self.schedule = start_schedule(self._base_config, self.store.engine)
+        self.schedule = start_schedule(self._base_config)
         self.metrics.serve(self.config.metrics_address, self.config.metrics_port)
         with self._signal_handlers():
             while not self._stop:
@@ -430,7 +430,7 @@ class Daemon:
         if schedule_settings(old) != schedule_settings(new):
             if self.schedule is not None:
                 self.schedule.shutdown()
-            self.schedule = start_schedule(new, self.store.engine)
+            self.schedule = start_schedule(new)
         if (old.metrics_address, old.metrics_port) != (new.metrics_address, new.metrics_port):
             self.metrics.close()
             self.metrics.serve(new.metrics_address, new.metrics_port)

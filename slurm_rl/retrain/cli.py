@@ -28,7 +28,9 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
               type=click.Path(dir_okay=False, path_type=Path),
               help="The daemon's TOML file: store, policy and retrain_* settings from [daemon] "
                    "[$SLURM_RL_CONFIG, else /etc/slurm-rl/slurm-rl.toml when there].")
-@click.option("--store", "store_url", default=None, help="SQLAlchemy URL of the store.")
+@click.option("--store", "store_url", default=None, envvar="SLURM_RL_STORE",
+              help="SQLAlchemy URL of the store [$SLURM_RL_STORE: the daemon's scheduled "
+                   "retrain passes it so, off the command line any user can read].")
 @click.option("--cluster", default=None, help="Cluster name in the store [default: busiest].")
 @click.option("--policy", default=None, help="Current policy when no version is active.")
 @click.option("--policy-bundle", "policy_bundle", default=None,

@@ -1,5 +1,10 @@
-"""Scheduled retraining inside the daemon: an APScheduler 3 job whose job store is the
-daemon's own SQL database (table ``apscheduler_jobs``).
+"""Scheduled retraining inside the daemon: an APScheduler 3 job in a job store held in
+memory, rebuilt from the config at every start and reload.
+
+Never a persistent job store: APScheduler's SQLAlchemy store unpickles its rows, so anyone
+who could write the store's database could run code as the daemon. The config says what
+runs and when, so nothing is lost: the interval counts from the start or reload, as it did
+with the persistent store (``replace_existing`` reset it there too).
 
 The job is coalesced (missed runs collapse into one), runs one instance at a time, and a
 run later than ``retrain_misfire_grace_s`` is dropped until the next one. Its thread only
@@ -12,27 +17,28 @@ in the same scheduler when ``retention_days`` is set.
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime
 
 from apscheduler.executors.pool import ThreadPoolExecutor
-from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
-from sqlalchemy import MetaData, Table, delete, inspect
-from sqlalchemy.engine import Engine
 
 from slurm_rl.daemon.config import DaemonConfig
 
 log = logging.getLogger("slurm_rl.retrain")
 RETRAIN_JOB = "slurm-rl-retrain"
 RETENTION_JOB = "slurm-rl-retention"
-JOB_TABLE = "apscheduler_jobs"
+STORE_ENV = "SLURM_RL_STORE"  # the retrain command's --store, read from the environment
 
 
 def retrain_argv(config: DaemonConfig) -> list[str]:
-    """The one-shot command the scheduled job runs, with the daemon's settings."""
-    argv = [sys.executable, "-m", "slurm_rl.retrain", "--store", config.store,
+    """The one-shot command the scheduled job runs, with the daemon's settings. The store
+    URL is not among them (it may hold a password, and any user can read a process's
+    command line): the child reads it from ``$SLURM_RL_STORE``, see :func:`retrain_env`."""
+    argv = [sys.executable, "-m", "slurm_rl.retrain",
             "--policy", config.policy, "--window-days", repr(config.retrain_window_days),
             "--margin", repr(config.retrain_margin),
             "--fee-tolerance", repr(config.retrain_fee_tolerance),
@@ -51,17 +57,23 @@ def retrain_argv(config: DaemonConfig) -> list[str]:
     return argv
 
 
+def retrain_env(config: DaemonConfig) -> dict[str, str]:
+    """The child's environment: the daemon's, with the store URL (only the daemon's user
+    and root can read another process's environment)."""
+    return {**os.environ, STORE_ENV: config.store}
+
+
 def schedule_settings(config: DaemonConfig) -> tuple[object, ...]:
     """What the schedule is built from: a reload that changes any of it restarts it."""
     return (retrain_argv(config), config.store, config.retrain_every_h, config.retention_days,
             config.retrain_misfire_grace_s, config.retrain_timeout_s)
 
 
-def run_retrain_process(argv: list[str], timeout_s: float) -> int:
-    """The scheduled job (module level: the job store keeps a reference to it)."""
+def run_retrain_process(argv: list[str], env: dict[str, str], timeout_s: float) -> int:
+    """The scheduled job."""
     try:
-        done = subprocess.run(argv, timeout=timeout_s, check=False, capture_output=True,
-                              text=True)
+        done = subprocess.run(argv, env=env, timeout=timeout_s, check=False,
+                              capture_output=True, text=True)
     except subprocess.TimeoutExpired:
         log.warning("retrain process killed after %g s; the active policy stays", timeout_s)
         return 124
@@ -86,16 +98,6 @@ def run_retention(store_url: str, days: float) -> None:
         engine.dispose()
 
 
-def forget_disabled_jobs(config: DaemonConfig, engine: Engine) -> None:
-    disabled = [job for job, on in ((RETRAIN_JOB, config.retrain_every_h > 0),
-                                    (RETENTION_JOB, config.retention_days > 0)) if not on]
-    if not disabled or not inspect(engine).has_table(JOB_TABLE):
-        return
-    table = Table(JOB_TABLE, MetaData(), autoload_with=engine)
-    with engine.begin() as connection:
-        connection.execute(delete(table).where(table.c.id.in_(disabled)))
-
-
 class RetrainSchedule:
     def __init__(self, scheduler: BackgroundScheduler) -> None:
         self.scheduler = scheduler
@@ -108,15 +110,12 @@ class RetrainSchedule:
         self.scheduler.shutdown(wait=False)
 
 
-def start_schedule(config: DaemonConfig, engine: Engine) -> RetrainSchedule | None:
-    """Start the scheduler when retraining or retention is configured (else None). A job
-    the config turns off is removed from the store first: the job store is persistent, and
-    APScheduler would otherwise run a stored job on (retention deleting rows at its old age)."""
-    forget_disabled_jobs(config, engine)
+def start_schedule(config: DaemonConfig) -> RetrainSchedule | None:
+    """Start the scheduler when retraining or retention is configured (else None)."""
     if config.retrain_every_h <= 0 and config.retention_days <= 0:
         return None
     scheduler = BackgroundScheduler(
-        jobstores={"default": SQLAlchemyJobStore(engine=engine, tablename=JOB_TABLE)},
+        jobstores={"default": MemoryJobStore()},
         executors={"default": ThreadPoolExecutor(1)},
         job_defaults={"coalesce": True, "max_instances": 1,
                       "misfire_grace_time": int(config.retrain_misfire_grace_s)},
@@ -124,12 +123,11 @@ def start_schedule(config: DaemonConfig, engine: Engine) -> RetrainSchedule | No
     )
     if config.retrain_every_h > 0:
         scheduler.add_job(run_retrain_process, "interval", hours=config.retrain_every_h,
-                          id=RETRAIN_JOB, replace_existing=True,
-                          kwargs={"argv": retrain_argv(config),
+                          id=RETRAIN_JOB,
+                          kwargs={"argv": retrain_argv(config), "env": retrain_env(config),
                                   "timeout_s": config.retrain_timeout_s})
     if config.retention_days > 0:
         scheduler.add_job(run_retention, "interval", hours=24.0, id=RETENTION_JOB,
-                          replace_existing=True,
                           kwargs={"store_url": config.store, "days": config.retention_days})
     scheduler.start()
     log.info("retraining every %g h (window %g days, margin %.1f%%); retention %s",

@@ -1,50 +1,114 @@
-"""The retrain schedule (APScheduler job in the store's own database) and the command lines'
-bad-input behaviour: one line, exit code 2, nothing changed."""
+"""The retrain schedule (APScheduler jobs held in memory, never unpickled from the store)
+and the command lines' bad-input behaviour: one line, exit code 2, nothing changed."""
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
-from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from click.testing import CliRunner
 
 from slurm_rl.cli import main
 from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.retrain.cli import retrain_command
-from slurm_rl.retrain.schedule import JOB_TABLE, RETRAIN_JOB, retrain_argv, start_schedule
+from slurm_rl.retrain.schedule import (
+    RETRAIN_JOB,
+    STORE_ENV,
+    retrain_argv,
+    retrain_env,
+    start_schedule,
+)
 from slurm_rl.store import migrate
 from slurm_rl.store.repository import Store, make_engine
 
+JOB_TABLE = "apscheduler_jobs"  # APScheduler's SQLAlchemy job store, revisions 0003 to 0004
 
-def test_the_schedule_keeps_its_job_in_the_store_coalesced_one_at_a_time(
-    tmp_path: Path
-) -> None:
+
+def test_the_schedule_is_coalesced_one_at_a_time_and_follows_the_config(tmp_path: Path) -> None:
     config = DaemonConfig(state_dir=tmp_path, retrain_every_h=6.0,
                           retrain_misfire_grace_s=900.0, retention_days=30.0)
-    store = Store(config.store)
-    schedule = start_schedule(config, store.engine)
+    schedule = start_schedule(config)
     assert schedule is not None
     try:
         job = schedule.scheduler.get_job(RETRAIN_JOB)
         assert job is not None and job.coalesce and job.max_instances == 1
         assert job.misfire_grace_time == 900
         assert job.kwargs["argv"] == retrain_argv(config)
-        with store.engine.connect() as connection:
-            ids = connection.execute(sa.text(f"SELECT id FROM {JOB_TABLE}")).scalars().all()
-        assert set(ids) == {RETRAIN_JOB, "slurm-rl-retention"}
+        assert schedule.scheduler.get_job("slurm-rl-retention") is not None
     finally:
         schedule.shutdown()
-    # Turning retention off removes its stored job (APScheduler would load and run it on).
-    schedule = start_schedule(config.model_copy(update={"retention_days": 0.0}), store.engine)
+    schedule = start_schedule(config.model_copy(update={"retention_days": 0.0}))
     assert schedule is not None
     try:
         assert schedule.scheduler.get_job("slurm-rl-retention") is None
     finally:
         schedule.shutdown()
-    assert start_schedule(DaemonConfig(state_dir=tmp_path), store.engine) is None  # off
-    with store.engine.connect() as connection:
-        assert connection.execute(sa.text(f"SELECT id FROM {JOB_TABLE}")).scalars().all() == []
+    assert start_schedule(DaemonConfig(state_dir=tmp_path)) is None  # off
+
+
+class _Planted:
+    """What an attacker with write access to the store put in APScheduler's table: a pickle
+    that runs a command when it is loaded."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str, ...]]:
+        return (Path.touch, (str(self.marker),))
+
+
+def test_a_row_planted_in_the_store_runs_nothing(tmp_path: Path) -> None:
+    """Issue 18 (1): the schedule's job store unpickled ``apscheduler_jobs.job_state``; a
+    planted row ran code as the daemon when the schedule started. The store has no such
+    table any more, and a planted one is never read."""
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine, "0003_apscheduler_jobs")
+    marker = tmp_path / "ran"
+    payload = pickle.dumps(_Planted(marker))
+    for job_id in (RETRAIN_JOB, "slurm-rl-retention"):
+        with engine.begin() as connection:
+            connection.execute(sa.text(f"INSERT INTO {JOB_TABLE} VALUES (:id, 0, :state)"),
+                               {"id": job_id, "state": payload})
+    migrate.upgrade(engine)
+    assert not sa.inspect(engine).has_table(JOB_TABLE)  # revision 0004 drops it
+    with engine.begin() as connection:  # planted again after the upgrade
+        connection.execute(sa.text(f"CREATE TABLE {JOB_TABLE} (id VARCHAR(191) PRIMARY KEY, "
+                                   "next_run_time FLOAT, job_state BLOB NOT NULL)"))
+        connection.execute(sa.text(f"INSERT INTO {JOB_TABLE} VALUES (:id, 0, :state)"),
+                           {"id": RETRAIN_JOB, "state": payload})
+    config = DaemonConfig(state_dir=tmp_path, store_url=url, retrain_every_h=6.0,
+                          retention_days=30.0)
+    schedule = start_schedule(config)
+    assert schedule is not None
+    try:
+        assert {job.id for job in schedule.scheduler.get_jobs()} == \
+            {RETRAIN_JOB, "slurm-rl-retention"}
+    finally:
+        schedule.shutdown()
+    assert not marker.exists()
+    engine.dispose()
+
+
+def test_no_module_unpickles(tmp_path: Path) -> None:
+    """No pickle and no APScheduler SQLAlchemy job store anywhere in the package."""
+    package = Path(__file__).resolve().parents[2] / "slurm_rl"
+    offenders = [str(path.relative_to(package)) for path in package.rglob("*.py")
+                 if any(word in path.read_text() for word in
+                        ("import pickle", "SQLAlchemyJobStore", "pickle.load",
+                         "dill", "cloudpickle", "shelve", "jsonpickle"))]
+    assert offenders == []
+
+
+def test_the_store_password_is_not_on_the_retrain_command_line(tmp_path: Path) -> None:
+    """Issue 18 (4): the child's argv is world-readable in /proc; its store comes by its
+    environment."""
+    url = "postgresql+psycopg://slurmrl:s3cret@db.example/slurmrl"
+    config = DaemonConfig(state_dir=tmp_path, store_url=url, retrain_every_h=1.0)
+    assert not any("s3cret" in arg for arg in retrain_argv(config))
+    assert retrain_env(config)[STORE_ENV] == url
 
 
 def test_the_scheduled_command_line_is_one_the_command_accepts(tmp_path: Path) -> None:
@@ -52,7 +116,9 @@ def test_the_scheduled_command_line_is_one_the_command_accepts(tmp_path: Path) -
                           retrain_base_bundle=tmp_path)
     argv = retrain_argv(config)
     assert argv[1:3] == ["-m", "slurm_rl.retrain"]
-    context = retrain_command.make_context("retrain", argv[3:])
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(STORE_ENV, config.store)
+        context = retrain_command.make_context("retrain", argv[3:])
     assert context.params["store_url"] == config.store
     assert context.params["base_bundle"] == tmp_path
 
@@ -136,23 +202,19 @@ def test_parquet_export_needs_pyarrow_else_one_line(tmp_path: Path) -> None:
 
 
 def test_a_store_whose_schedule_table_apscheduler_made_upgrades(tmp_path: Path) -> None:
-    """Stores from before revision 0003 have the table APScheduler created itself; the
-    upgrade adopts it (jobs kept) and the schedule runs on Alembic's table as on its own."""
+    """Stores from before revision 0003 may have the table APScheduler created itself; the
+    upgrade drops it with its rows, and a downgrade below 0003 leaves none."""
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
     engine = make_engine(url)
     migrate.upgrade(engine, "0002_retrain_registry")
-    SQLAlchemyJobStore(engine=engine, tablename=JOB_TABLE).start(None, "default")
     with engine.begin() as connection:
+        connection.execute(sa.text(f"CREATE TABLE {JOB_TABLE} (id VARCHAR(191) PRIMARY KEY, "
+                                   "next_run_time FLOAT, job_state BLOB NOT NULL)"))
         connection.execute(sa.text(f"INSERT INTO {JOB_TABLE} VALUES ('old', NULL, x'00')"))
     migrate.upgrade(engine)
-    with engine.connect() as connection:
-        assert connection.execute(sa.text(f"SELECT id FROM {JOB_TABLE}")).scalar() == "old"
-        connection.execute(sa.text(f"DELETE FROM {JOB_TABLE}"))
-        connection.commit()
-    config = DaemonConfig(state_dir=tmp_path, store_url=url, retrain_every_h=6.0)
-    schedule = start_schedule(config, engine)
-    assert schedule is not None and schedule.scheduler.get_job(RETRAIN_JOB) is not None
-    schedule.shutdown()
+    assert not sa.inspect(engine).has_table(JOB_TABLE)
+    migrate.downgrade(engine, "0003_apscheduler_jobs")
+    assert sa.inspect(engine).has_table(JOB_TABLE)
     migrate.downgrade(engine, "0002_retrain_registry")
     assert not sa.inspect(engine).has_table(JOB_TABLE)
     engine.dispose()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,17 +216,41 @@ def load_bundle(directory: Path | str) -> Bundle:
     _check_settings(path, meta)
     network = _network(path, meta)
     try:
-        state = torch.load(path / WEIGHTS_FILE, weights_only=True, map_location="cpu")
-        network.load_state_dict(state)
-    except pickle.UnpicklingError:  # torch's own text would advise weights_only=False
-        raise BundleError(f"policy bundle {path}: {WEIGHTS_FILE} is not a weights file "
-                          "slurm-rl wrote (torch.load with weights_only=True refused it)"
-                          ) from None
-    except (OSError, RuntimeError, TypeError, KeyError, ValueError, EOFError) as error:
-        raise BundleError(f"policy bundle {path}: cannot load its weights: "
+        network.load_state_dict(_read_weights(path))
+    except RuntimeError as error:  # missing, unexpected or misshapen tensors
+        raise BundleError(f"policy bundle {path}: its weights do not fit its network: "
                           f"{_first_line(error)}") from None
     network.eval()
     return Bundle(path, network, meta)
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The state dict in ``weights.pt``, loaded with ``weights_only=True``. A file of any other
+    kind (text, a full pickle, a truncated zip) raises one of many exception types from deep
+    inside torch (IndexError for a text file); all of them mean "not a weights file slurm-rl
+    wrote", and torch's own text would advise loading it unsafely. Every tensor must hold
+    finite numbers: a NaN weight turns every score into NaN and the order into noise."""
+    file = path / WEIGHTS_FILE
+    try:
+        state = torch.load(file, weights_only=True, map_location="cpu")
+    except FileNotFoundError:
+        raise BundleError(f"policy bundle {path}: no {WEIGHTS_FILE}") from None
+    except OSError as error:
+        raise BundleError(f"policy bundle {path}: {WEIGHTS_FILE} not readable: "
+                          f"{error.strerror}") from None
+    except Exception:  # noqa: BLE001 - see the docstring
+        raise BundleError(f"policy bundle {path}: {WEIGHTS_FILE} is not a weights file "
+                          "slurm-rl wrote (torch.load with weights_only=True cannot read it)"
+                          ) from None
+    if not isinstance(state, dict) or not all(
+            isinstance(key, str) and isinstance(value, torch.Tensor)
+            for key, value in state.items()):
+        raise BundleError(f"policy bundle {path}: {WEIGHTS_FILE} holds no state dict")
+    for key, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise BundleError(f"policy bundle {path}: {WEIGHTS_FILE} '{key}' holds NaN or "
+                              "infinite weights")
+    return state
 
 
 def _check_settings(path: Path, meta: Mapping[str, Any]) -> None:
@@ -248,11 +271,41 @@ def _check_settings(path: Path, meta: Mapping[str, Any]) -> None:
 
 
 def _network(path: Path, meta: dict[str, Any]) -> DualNetwork:
+    settings = meta.get("network")
+    if not isinstance(settings, dict):
+        raise BundleError(f"policy bundle {path}: {META_FILE} 'network' must be a table")
+    _check_network_settings(path, settings)
     try:
-        return DualNetwork(NetworkConfig(**meta["network"]))
+        network = DualNetwork(NetworkConfig(**settings))
     except (RuntimeError, TypeError, KeyError, ValueError) as error:
         raise BundleError(f"policy bundle {path}: {META_FILE} 'network' does not describe a "
                           f"network this release builds: {_first_line(error)}") from None
+    return network
+
+
+# The sizes a bundle's network may have: the feature counts are the schema's (checked before),
+# the hidden width is bounded so a typo cannot allocate gigabytes.
+_MAX_HIDDEN = 4096
+_MAX_SHARPNESS = 100.0
+
+
+def _check_network_settings(path: Path, settings: Mapping[str, Any]) -> None:
+    """Each of meta.json's network settings in range: a NaN sharpness was accepted and made
+    every placement prior NaN, silently changing the schedule."""
+    for key, value in settings.items():
+        if key == "prior":
+            continue  # a string; the network names the known ones
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not math.isfinite(value):
+            raise BundleError(f"policy bundle {path}: {META_FILE} network '{key}' must be a "
+                              f"finite number, not {value!r}")
+        if key.endswith("features") or key == "hidden":
+            if not isinstance(value, int) or not 1 <= value <= _MAX_HIDDEN:
+                raise BundleError(f"policy bundle {path}: {META_FILE} network '{key}' must "
+                                  f"be a whole number from 1 to {_MAX_HIDDEN}, not {value!r}")
+        elif not 0 <= value <= _MAX_SHARPNESS:
+            raise BundleError(f"policy bundle {path}: {META_FILE} network '{key}' must be "
+                              f"from 0 to {_MAX_SHARPNESS:g}, not {value!r}")
 
 
 def _first_line(error: BaseException) -> str:
