@@ -10,13 +10,27 @@ truncated log is read from its start.
 The lines carry no GPU counts, so an outcome is made only for a job the store already knows
 (it saw the job pending), with the request stored then. A job that never ran (``NodeList``
 empty: cancelled while pending) has no outcome, as with squeue.
+
+**The log is not trusted blindly.** slurmctld writes a job's name and work directory into
+its line as they are, so a user controls part of every line of theirs: a name holding
+`` JobId=7`` or a newline followed by a whole forged line. A line is used only when it
+starts as slurmctld starts one (``JobId=<n> UserId=<name>(<uid>) ``) and each field read
+from it occurs exactly once; a line that does not start so is the rest of the line before
+it, split by a newline in a user's field, and both are dropped. An outcome is made only for
+a job of the user the line names, never for a job squeue still shows queued or running, and
+only from the first line for a job. A user can still garble their *own* job's line (its
+outcome is then missing, or, through a crafted name, misstated when squeue no longer shows
+the job); sacct (``accounting_outcomes``) has no such field and is the source to prefer
+where slurmdbd runs.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping
+import re
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +59,7 @@ class CompletedJob:
     end_time: float
     nodes: tuple[str, ...]
     exit_code: int | None
+    user: str | None = None  # the line's user (jobcomp); None where the source has none
 
 
 def exit_code_of(value: str) -> int | None:
@@ -64,17 +79,57 @@ def node_list(value: str) -> tuple[str, ...]:
         return ()
 
 
+# How slurmctld starts every line (jobcomp_filetxt.c: "JobId=%lu UserId=%s(%lu) ...").
+_LINE_START = re.compile(r"JobId=(\d+) UserId=([^\s()]*)\(\d+\) ")
+# The fields read from a line; each must occur exactly once in it.
+_READ_FIELDS = ("JobId", "UserId", "JobState", "StartTime", "EndTime", "NodeList", "ExitCode")
+_FIELD_START = re.compile(r"(?:^|\s)(" + "|".join(_READ_FIELDS) + r")=")  # as parse_pairs
+
+
+class _Garbled:
+    """A line that is not one whole record slurmctld wrote (see the module docstring)."""
+
+
+GARBLED = _Garbled()
+
+
 def parse_line(line: str) -> CompletedJob | None:
     """The job a log line describes; None for a job that never ran or a line we cannot use."""
-    pairs = parse_pairs(line.strip())
+    parsed = _parse(line)
+    return parsed if isinstance(parsed, CompletedJob) else None
+
+
+def _parse(line: str) -> CompletedJob | _Garbled | None:
+    text = line.strip()
+    start_match = _LINE_START.match(text)
+    counts = Counter(_FIELD_START.findall(text))
+    if start_match is None or any(counts[field] != 1 for field in _READ_FIELDS):
+        return GARBLED
+    pairs = parse_pairs(text)
     start = parse_local_time(pairs.get("StartTime", ""))
     end = parse_local_time(pairs.get("EndTime", ""))
     nodes = node_list(pairs.get("NodeList", ""))
-    job_id = pairs.get("JobId", "")
-    if not job_id or start is None or end is None or not nodes:
+    if start is None or end is None or not nodes:
         return None
     state = (pairs.get("JobState", "").split() or ["UNKNOWN"])[0]
-    return CompletedJob(job_id, state, start, end, nodes, exit_code_of(pairs.get("ExitCode", "")))
+    return CompletedJob(start_match.group(1), state, start, end, nodes,
+                        exit_code_of(pairs.get("ExitCode", "")), user=start_match.group(2))
+
+
+def parse_lines(lines: Iterable[str], source: str = "jobcomp log") -> list[CompletedJob]:
+    """The usable records of consecutive log lines: garbled ones are dropped with the line
+    before them (a newline in a user's field split that one), and a job's later lines after
+    its first (see the module docstring)."""
+    parsed: list[CompletedJob | _Garbled | None] = [_parse(line) for line in lines if line.strip()]
+    usable: dict[str, CompletedJob] = {}
+    for index, record in enumerate(parsed):
+        following = parsed[index + 1] if index + 1 < len(parsed) else None
+        if isinstance(record, _Garbled):
+            log.warning("%s: a line that slurmctld did not write as one record is ignored "
+                        "(a newline or a field name in a job's name or work directory)", source)
+        elif isinstance(record, CompletedJob) and not isinstance(following, _Garbled):
+            usable.setdefault(record.job_id, record)
+    return list(usable.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +159,7 @@ class JobcompLog:
             return []
         whole = data[: data.rfind(b"\n") + 1]  # a line still being written waits
         self._read_to = _Position(stat.st_ino, start + len(whole))
-        lines = whole.decode(errors="replace").splitlines()
-        return [job for job in map(parse_line, lines) if job is not None]
+        return parse_lines(whole.decode(errors="replace").split("\n"), str(self.path))
 
     def commit(self) -> None:
         """Remember how far the log was read (in memory and in the position file)."""
@@ -154,12 +208,19 @@ def core_job(row: JobRow) -> Job:
     )
 
 
-def outcomes(completed: Iterable[CompletedJob], known: Mapping[str, Job]) -> list[FinishedJob]:
-    """Finished jobs for the completed jobs the store knows (GPUs spread over the nodes)."""
+def outcomes(completed: Iterable[CompletedJob], known: Mapping[str, Job],
+             active: Collection[str] = ()) -> list[FinishedJob]:
+    """Finished jobs for the completed jobs the store knows (GPUs spread over the nodes): not
+    for a job squeue shows ``active`` (queued or running: the record cannot be its own), nor
+    for a record that names another user than the one who submitted the job."""
     finished = []
     for done in completed:
         job = known.get(done.job_id)
-        if job is None:
+        if job is None or done.job_id in active:
+            continue
+        if done.user is not None and job.user and done.user != job.user:
+            log.warning("outcome of job %s ignored: its record names user %s, the job is %s's",
+                        done.job_id, done.user, job.user)
             continue
         placement = Placement.even(done.nodes, job.num_gpus)
         finished.append(FinishedJob(job, done.start_time, done.end_time, placement, done.state,

@@ -133,7 +133,7 @@ class StoreRecorder:
         self._nodes(self.store.engine, snapshot.cluster, snapshot.time)
         self._stored.update((record.job_id, signature) for record, signature in fresh)
         _log_decisions(cycle_id, decision, [record for record, _ in fresh])
-        self._queue_jobcomp(cluster)
+        self._queue_jobcomp(snapshot)
         self._queue_accounting(cluster, snapshot.time)
         self.flush()
         if self.jobcomp is not None:
@@ -153,15 +153,19 @@ class StoreRecorder:
                 raise
         return added
 
-    def _queue_jobcomp(self, cluster: str) -> None:
-        """Outcomes from the jobcomp log for jobs the store knows (see daemon/jobcomp.py)."""
+    def _queue_jobcomp(self, snapshot: ClusterSnapshot) -> None:
+        """Outcomes from the jobcomp log for jobs the store knows and squeue no longer shows
+        (see daemon/jobcomp.py)."""
         if self.jobcomp is None:
             return
         completed = self.jobcomp.read_new()
         if not completed:
             return
+        cluster = snapshot.cluster.name
         known = jobcomp.known_jobs(self.store, cluster, (c.job_id for c in completed))
-        found = jobcomp.outcomes(completed, known)
+        active = {job.job_id for job in snapshot.pending}
+        active |= {run.job.job_id for run in snapshot.running}
+        found = jobcomp.outcomes(completed, known, active)
         self._unrecorded.extend((cluster, jobcomp.SOURCE, done) for done in found)
 
     def _queue_accounting(self, cluster: str, now: float) -> None:
