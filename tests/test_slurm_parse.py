@@ -7,6 +7,7 @@ and 24.11 files are constructed from the data_parser documentation (see the READ
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -376,6 +377,21 @@ def test_scontrol_record_without_job_id_is_an_error() -> None:
         parse_jobs_text("Priority=5 JobState=PENDING")
     with pytest.raises(SlurmOutputError, match="no Gres field"):
         parse_nodes_text("NodeName=x State=IDLE")
+
+
+@pytest.mark.parametrize("field", ["StdOut", "JobName", "WorkDir", "Comment"])
+def test_a_field_a_user_wrote_twice_makes_the_record_unreadable(field: str) -> None:
+    """Issue 18 (3): a user's StdOut path holding `` AdminComment=...`` was read as the job's
+    admin comment (later pairs won), and selftest wrote it back as SlurmUser."""
+    line = fixture_text("22.05", "scontrol_show_job.txt").splitlines()[0]
+    forged = re.sub(rf"(^| ){field}=(\S*)", rf"\1{field}=\2 AdminComment=mine", line, count=1)
+    if forged == line:  # a field this record lacks (Comment): a user can add it
+        forged = line + f" {field}=x AdminComment=mine"
+    with pytest.raises(SlurmOutputError, match="AdminComment more than once in its record"):
+        parse_jobs_text(forged)
+    with pytest.raises(SlurmOutputError, match="a job: JobId more than once"):
+        parse_jobs_text(line.replace("JobName=mn", "JobName=x JobId=9"))
+    assert parse_jobs_text(line)[0].admin_comment.startswith("slurm-rl:deferred:")
 
 
 def test_excluded_nodes_are_read_from_json_and_text() -> None:

@@ -30,6 +30,7 @@ from slurm_rl.ops import plugin_check
 from slurm_rl.ops.common import load, open_store, safe
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.proc import Runner, make_runner
+from slurm_rl.slurm.records import SlurmJob
 from slurm_rl.slurm.source import in_partitions
 from slurm_rl.store import migrate
 from slurm_rl.store.repository import Store, sqlite_file
@@ -111,8 +112,10 @@ def check_ping(runner: Runner, timeout_s: float) -> Check:
                  "slurmctld, or point slurm_conf at its slurm.conf")
 
 
-def check_latency(client: CliSlurmClient, config: DaemonConfig) -> tuple[Check, list[str]]:
-    pending: list[str] = []
+def check_latency(
+    client: CliSlurmClient, config: DaemonConfig
+) -> tuple[Check, list[SlurmJob]]:
+    pending: list[SlurmJob] = []
     try:
         started = time.monotonic()
         jobs = client.jobs()
@@ -122,7 +125,7 @@ def check_latency(client: CliSlurmClient, config: DaemonConfig) -> tuple[Check, 
         sinfo = time.monotonic() - started
     except SlurmRLError as exc:
         return Check("query latency", False, f"{exc}; fix: see scontrol ping"), pending
-    pending = [j.job_id for j in jobs.jobs
+    pending = [j for j in jobs.jobs
                if j.is_pending and in_partitions(j.partition.split(","), config.partitions)]
     detail = (f"squeue --json {squeue:.3f} s ({len(jobs.jobs)} jobs), sinfo --json "
               f"{sinfo:.3f} s ({len(nodes.nodes)} nodes)")
@@ -154,7 +157,7 @@ def admin_level(runner: Runner, user: str, timeout_s: float) -> str | None:
     return level or None
 
 
-def check_permission(client: CliSlurmClient, runner: Runner, pending: list[str]) -> Check:
+def check_permission(client: CliSlurmClient, runner: Runner, pending: list[SlurmJob]) -> Check:
     me = pwd.getpwuid(os.geteuid()).pw_name
     admin = _slurm_user(runner, client.timeout_s)
     level = None if me in ("root", admin) else admin_level(runner, me, client.timeout_s)
@@ -172,10 +175,11 @@ def check_permission(client: CliSlurmClient, runner: Runner, pending: list[str])
     if not pending:
         return Check("permission to update jobs", True,
                      f"running as {me} (SlurmUser is {admin}); no pending job to try an update on")
-    job = client.show_job(pending[0])
-    if job is None:
-        return Check("permission to update jobs", True, f"running as {me}; job left meanwhile")
-    # A no-op: the admin comment set to what it already is (only operators may set it).
+    job = pending[0]
+    # A no-op: the admin comment set to what it already is (only operators may set it), as
+    # squeue's JSON gives it. Never as `scontrol show job -o` prints it: a user's own StdOut
+    # path or job name may hold "AdminComment=...", which this probe would then write with
+    # SlurmUser's rights.
     result = client.update_jobs([job.job_id], {"AdminComment": job.admin_comment})
     if result.ok:
         return Check("permission to update jobs", True,

@@ -21,19 +21,36 @@ _PAIR_START = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/.]*)=")
 _UNSET = {"", "(null)", "None", "N/A", "Unknown", "UNLIMITED", "INFINITE"}
 
 
-def parse_pairs(line: str) -> dict[str, str]:
+class Pairs(dict[str, str]):
+    """A record's pairs, and the keys that occurred more than once in it (``repeated``): a
+    user's own fields (job name, work dir, StdOut path, comment) may hold ``Key=`` text, so
+    a key read from a record must occur once in it to be believed."""
+
+    repeated: set[str]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.repeated = set()
+
+    def add(self, key: str, value: str) -> None:
+        if key in self:
+            self.repeated.add(key)
+        self[key] = value
+
+
+def parse_pairs(line: str) -> Pairs:
     """``Key=Value Key2=Value two`` -> ``{"Key": "Value", "Key2": "Value two"}``."""
     starts = list(_PAIR_START.finditer(line))
-    pairs: dict[str, str] = {}
+    pairs = Pairs()
     for i, match in enumerate(starts):
         end = starts[i + 1].start() if i + 1 < len(starts) else len(line)
-        pairs[match.group(1)] = line[match.end() : end].strip()
+        pairs.add(match.group(1), line[match.end() : end].strip())
     return pairs
 
 
-def parse_records(text: str, first_key: str) -> list[dict[str, str]]:
+def parse_records(text: str, first_key: str) -> list[Pairs]:
     """Records that each begin with ``first_key=`` (one per line with ``-o``, or blocks)."""
-    records: list[dict[str, str]] = []
+    records: list[Pairs] = []
     for line in text.splitlines():
         pairs = parse_pairs(line)
         if not pairs:
@@ -41,7 +58,9 @@ def parse_records(text: str, first_key: str) -> list[dict[str, str]]:
         if first_key in pairs or not records:
             records.append(pairs)
         else:
-            records[-1].update(pairs)
+            for key, value in pairs.items():
+                records[-1].add(key, value)
+            records[-1].repeated |= pairs.repeated
     return records
 
 
@@ -102,9 +121,21 @@ class ScontrolJob:
     raw: Mapping[str, str]
 
 
+# What job_from_pairs reads: each must occur once in a record (see Pairs).
+JOB_KEYS = ("JobId", "JobState", "Reason", "Priority", "UserId", "Partition", "ReqNodeList",
+            "ExcNodeList", "NodeList", "NumNodes", "SubmitTime", "EligibleTime", "StartTime",
+            "AdminComment", "TresPerNode", "TresPerJob")
+
+
 def job_from_pairs(pairs: Mapping[str, str], where: str) -> ScontrolJob:
     if "JobId" not in pairs or "JobState" not in pairs:
         raise SlurmOutputError("record without JobId/JobState", path=where)
+    repeated = sorted(set(JOB_KEYS) & getattr(pairs, "repeated", set()))
+    if repeated:
+        job = "a job" if "JobId" in repeated else f"job {pairs['JobId']}"
+        raise SlurmOutputError(f"{job}: {', '.join(repeated)} more than once in its record (a "
+                               "user's own field holds the text); the record is not read",
+                               path=where)
     lo, hi = _node_range(pairs.get("NumNodes", ""))
     return ScontrolJob(
         job_id=pairs["JobId"],

@@ -176,3 +176,30 @@ def test_selftest_reports_each_check(live: LiveCluster, tmp_path: Path) -> None:
     assert f"a no-op update of job {job} was accepted" in result.stdout
     assert "agrees with the daemon" in result.stdout
     assert lines[-1] == "7 of 7 checks passed"
+
+
+def test_selftest_never_writes_an_admin_comment_a_user_chose(
+    live: LiveCluster, tmp_path: Path
+) -> None:
+    """Issue 18 (3): the permission probe re-sent the AdminComment it parsed from
+    ``scontrol show job -o``, where alice's own StdOut path put one; selftest, as SlurmUser,
+    then wrote alice's text into the administrators' field."""
+    _native(live)
+    job = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", "--begin=now+300",
+                      "-o", "/tmp/slurm-rl-probe AdminComment=slurm-rl:deferred:1")
+    before = _admin_comment(live, job)
+    daemon: Daemon = _daemon(live, tmp_path)
+    daemon.close(retire=False)
+    result = _cli(live, tmp_path, "selftest", enforce=True)
+    assert f"a no-op update of job {job} was accepted" in result.stdout, result.stdout
+    assert _admin_comment(live, job) == before
+    assert "slurm-rl:deferred:1" not in before
+
+
+def _admin_comment(live: LiveCluster, job_id: str) -> str:
+    """As squeue's JSON has it (scontrol's text form is what a user can forge)."""
+    import json
+
+    doc = json.loads(live.run("squeue", "--json").stdout)
+    (record,) = [j for j in doc["jobs"] if str(j["job_id"]) == job_id]
+    return str(record.get("admin_comment") or "")
