@@ -79,6 +79,31 @@ def test_show_conf_prints_each_value_with_its_source(tmp_path: Path) -> None:
     assert f"{bad}: [daemon] mood: Extra inputs are not permitted" in failed.output
 
 
+SECRET_URL = "postgresql+psycopg://slurmrl:s3cr3t-pw@127.0.0.1:9/slurmrl"  # port 9: nothing
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_show_conf_never_prints_the_store_password(tmp_path: Path, as_json: bool) -> None:
+    """Issue 18 (4): show-conf printed store_url and the effective store as written."""
+    path = tmp_path / "site.toml"
+    path.write_text(f'[daemon]\nstore_url = "{SECRET_URL}"\n')
+    result = CliRunner().invoke(main, ["show-conf", "--config", str(path)]
+                                + (["--json"] if as_json else []))
+    assert result.exit_code == 0, result.output
+    assert "s3cr3t-pw" not in result.output
+    assert "slurmrl:***@127.0.0.1:9" in result.output
+
+
+def test_a_store_check_that_fails_never_prints_the_password(tmp_path: Path) -> None:
+    """Issue 18 (4): selftest's FAIL line for a store it cannot open carried the URL whole."""
+    from slurm_rl.daemon.config import DaemonConfig
+    from slurm_rl.ops.selftest import check_store
+
+    check = check_store(DaemonConfig(state_dir=tmp_path, store_url=SECRET_URL))
+    assert not check.ok and "s3cr3t-pw" not in check.detail, check.detail
+    assert "***" in check.detail
+
+
 def test_the_site_config_default_path_is_used_when_it_exists(tmp_path: Path,
                                                              monkeypatch: Any) -> None:
     from slurm_rl.daemon import config as module

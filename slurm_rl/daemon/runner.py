@@ -50,7 +50,7 @@ from slurm_rl.slurm.ownership import Recall, pin_ledger
 from slurm_rl.slurm.proc import Runner, make_runner
 from slurm_rl.slurm.source import SlurmSource, SourceConfig
 from slurm_rl.store.exclusions import last_exclusions, last_pins
-from slurm_rl.store.repository import Store
+from slurm_rl.store.repository import Store, shown_url
 
 log = logging.getLogger("slurm_rl.daemon")
 
@@ -265,7 +265,8 @@ class Daemon:
             raise DaemonError(f"cannot create the state directory {config.state_dir}: "
                               f"{exc.strerror}") from exc
         except (SQLAlchemyError, CommandError) as exc:  # CommandError: migrations not found
-            raise DaemonError(f"cannot open the store {config.store}: {one_line(exc)}") from exc
+            raise DaemonError(f"cannot open the store {shown_url(config.store)}: "
+                              f"{one_line(exc)}") from exc
 
     def _commit(self, parts: Parts, previous: Parts | None, store: Store | None = None) -> None:
         """Make ``parts`` (and ``store``, if new) the running set; the plugin config is
@@ -366,7 +367,7 @@ class Daemon:
         """Cycle until SIGTERM/SIGINT (or :meth:`request_stop`); returns the exit status."""
         log.info("daemon started: policy %s, mode %s, every %g s, store %s",
                  self.config.policy, self.config.recorded_mode, self.config.interval_s,
-                 self.store.engine.url.render_as_string(hide_password=True))
+                 shown_url(self.config.store))
         self._looping = True
         self._services = self._base_config
         self.schedule = start_schedule(self._base_config)

@@ -11,7 +11,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from slurm_rl.daemon.config import DaemonConfig, config_path, load_config
 from slurm_rl.errors import SlurmRLError
-from slurm_rl.store.repository import Store, require_store
+from slurm_rl.store.repository import Store, require_store, shown_url
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -30,7 +30,7 @@ def open_store(config: DaemonConfig) -> Store:
             pass
     except SQLAlchemyError as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise SlurmRLError(f"cannot open the store {config.store}: {first}") from exc
+        raise SlurmRLError(f"cannot open the store {shown_url(config.store)}: {first}") from exc
     return store
 
 
@@ -43,7 +43,7 @@ def reading(config: DaemonConfig) -> Iterator[None]:
     except SQLAlchemyError as exc:
         orig = getattr(exc, "orig", None) or exc
         first = (str(orig).strip().splitlines() or [type(exc).__name__])[0]
-        raise SlurmRLError(f"cannot read the store {config.store}: {first}") from exc
+        raise SlurmRLError(f"cannot read the store {shown_url(config.store)}: {first}") from exc
 
 
 def safe(text: object) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from slurm_rl.daemon.config import DaemonConfig, config_path, env_name, load_with_sources
+from slurm_rl.store.repository import shown_url
 
 
 def _plain(value: Any) -> Any:
@@ -27,9 +28,12 @@ def rows(config: DaemonConfig, sources: dict[str, str]) -> list[tuple[str, Any, 
         source = sources[name]
         if source == "environment":
             source = f"environment ({env_name(name)})"
-        out.append((name, _plain(getattr(config, name)), source))
+        value = _plain(getattr(config, name))
+        if name == "store_url" and value is not None:
+            value = shown_url(value)  # never the password
+        out.append((name, value, source))
     # Derived values an operator looks for (where the store and heartbeat really are).
-    out.append(("store (effective)", config.store, "derived"))
+    out.append(("store (effective)", shown_url(config.store), "derived"))
     out.append(("heartbeat (effective)", str(config.heartbeat), "derived"))
     return out
 
