@@ -27,7 +27,6 @@ where slurmdbd runs.
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
@@ -39,6 +38,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from slurm_rl.core import FinishedJob, Job, Placement
+from slurm_rl.safefile import write_atomic
 from slurm_rl.slurm.scontrol import parse_local_time, parse_pairs
 from slurm_rl.store.models import JobRow
 from slurm_rl.store.repository import Store, job_key
@@ -166,10 +166,8 @@ class JobcompLog:
         if self._read_to is None or self._read_to == self._position:
             return
         self._position = self._read_to
-        tmp = self.position_file.with_name(f".{self.position_file.name}.tmp")
         try:
-            tmp.write_text(f"{self._position.inode} {self._position.offset}\n")
-            os.replace(tmp, self.position_file)
+            write_atomic(self.position_file, f"{self._position.inode} {self._position.offset}\n")
         except OSError as exc:  # a restart then re-reads a little; the store skips repeats
             log.warning("jobcomp position not saved in %s: %s", self.position_file, exc.strerror)
 

@@ -43,6 +43,7 @@ from slurm_rl.loop import DecisionMaker, run_cycle
 from slurm_rl.ops.metrics import DaemonMetrics, error_kind, model_version
 from slurm_rl.retrain.follow import ModelFollower
 from slurm_rl.retrain.schedule import RetrainSchedule, schedule_settings, start_schedule
+from slurm_rl.safefile import UnsafePathError, require_private_dir
 from slurm_rl.slurm import deferral
 from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
 from slurm_rl.slurm.client import CliSlurmClient
@@ -66,6 +67,19 @@ class DaemonError(SlurmRLError):
 
 def file_heartbeat(config: DaemonConfig) -> Heartbeat:
     return FileHeartbeat(config.heartbeat)
+
+
+def check_private_dirs(config: DaemonConfig) -> None:
+    """The directories whose files the daemon trusts (its state, the heartbeat the plugin
+    reads) are its own: nobody else may replace a file there (slurm_rl/safefile.py)."""
+    places = [("state directory", config.state_dir)]
+    if config.changes_slurm:
+        places.append(("heartbeat directory", config.heartbeat.parent))
+    for what, path in places:
+        try:
+            require_private_dir(path, what)
+        except UnsafePathError as exc:
+            raise DaemonError(str(exc)) from None
 
 
 def one_line(error: BaseException) -> str:
@@ -206,6 +220,7 @@ class Daemon:
             return self._build(config.model_copy(update={"policy": FALLBACK_POLICY}))
 
     def _build(self, config: DaemonConfig) -> Parts:
+        check_private_dirs(config)
         policy = make_policy(config.policy, seed=config.seed, bundle=config.policy_bundle)
         history = (stored_history(lambda: self.store, config.history_days)
                    if config.history_days > 0 else None)
@@ -257,6 +272,7 @@ class Daemon:
         return recall
 
     def _open_store(self, config: DaemonConfig) -> Store:
+        check_private_dirs(config)
         try:
             if config.uses_state_dir:
                 config.state_dir.mkdir(parents=True, exist_ok=True)

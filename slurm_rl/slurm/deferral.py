@@ -7,16 +7,17 @@ if it stops, new jobs stop being deferred within ``heartbeat_max_age_s`` seconds
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_rl.paths import shipped
+from slurm_rl.safefile import write_atomic
 
 CONF_NAME = "job_submit_slurm_rl.conf"
 PLUGIN_NAME = "job_submit.lua"
 DEFERRAL_TAG = "slurm-rl:deferred:"
+WORLD_READABLE = 0o644  # slurmctld, which reads both files, may run as SlurmUser, not root
 
 
 def plugin_source() -> Path:
@@ -71,7 +72,7 @@ def plugin_view(path: Path) -> dict[str, str]:
 def write_config(conf_dir: Path, config: DeferralConfig) -> Path:
     """Write the plugin's config next to slurm.conf (atomically, so Lua never reads half)."""
     target = conf_dir / CONF_NAME
-    _write_atomic(target, config.render())
+    write_atomic(target, config.render(), WORLD_READABLE)
     return target
 
 
@@ -79,7 +80,7 @@ def beat(heartbeat_path: Path, now: float | None = None) -> None:
     """Record that the daemon is alive: the file's content is the current Unix time."""
     stamp = int(time.time() if now is None else now)
     heartbeat_path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(heartbeat_path, f"{stamp}\n")
+    write_atomic(heartbeat_path, f"{stamp}\n", WORLD_READABLE)
 
 
 def deferred_until(admin_comment: str) -> float | None:
@@ -92,11 +93,3 @@ def deferred_until(admin_comment: str) -> float | None:
             except ValueError:
                 return None
     return None
-
-
-def _write_atomic(target: Path, text: str) -> None:
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    # slurmctld may run as SlurmUser, not root: the files must be world-readable.
-    tmp.chmod(0o644)
-    os.replace(tmp, target)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import io
 import json
-import os
+import shutil
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from slurm_rl.errors import InputError
+from slurm_rl.safefile import UnsafePathError, require_private_dir, write_atomic
 from slurm_rl.store.registry_models import ModelEventRow, ModelVersionRow
 
 META_FILE = "meta.json"
@@ -168,8 +170,14 @@ class ModelRegistry:
 
     def materialize(self, version: int, cache_dir: Path) -> Path:
         """The version's bundle as a directory under ``cache_dir`` (written once, atomically:
-        a half-written bundle is never seen by a loading daemon)."""
+        a half-written bundle is never seen by a loading daemon). The cache must be the
+        daemon's own (:func:`require_private_dir`): a bundle someone else put there, or a
+        link they planted, would be loaded as the active version."""
+        require_private_dir(cache_dir, "models cache")
         target = cache_dir / f"v{version}"
+        if target.is_symlink():
+            raise UnsafePathError(f"models cache entry {target} is a symbolic link; fix: "
+                                  "remove it (the daemon writes it again)")
         if (target / META_FILE).is_file():
             return target
         with self._sessions() as session:
@@ -177,16 +185,14 @@ class ModelRegistry:
             if row.meta is None or row.weights is None:
                 raise InputError(f"model version {version} ({row.policy}) has no bundle")
             meta, weights = row.meta, row.weights
-        staging = cache_dir / f".v{version}.{os.getpid()}"
-        staging.mkdir(parents=True, exist_ok=True)
-        (staging / WEIGHTS_FILE).write_bytes(weights)
-        (staging / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=cache_dir, prefix=f".v{version}."))  # random, 0700
+        write_atomic(staging / WEIGHTS_FILE, weights)
+        write_atomic(staging / META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
         try:
             staging.rename(target)
         except OSError:  # another process made it first: theirs is identical
-            for path in staging.iterdir():
-                path.unlink()
-            staging.rmdir()
+            shutil.rmtree(staging, ignore_errors=True)
         return target
 
     def _row(self, session: Session, version: int) -> ModelVersionRow:
