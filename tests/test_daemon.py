@@ -189,10 +189,31 @@ def _slurmctld_down(runner: FakeRunner) -> str:
     return "slurmctld is not reachable"
 
 
+def test_one_unreadable_job_record_leaves_the_rest_scheduled(
+    make_daemon: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 18 (7): one job record that could not be read skipped the whole cycle, so the
+    heartbeat went stale and deferral stopped for everyone."""
+    daemon, runner, clock = make_daemon()
+    assert daemon.run_once().ok
+    heartbeat = tmp_path / "state" / "heartbeat"
+    expected = _unknown_state(runner)
+    clock.now += 5
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        result = daemon.run_once()
+        again = daemon.run_once()
+    assert result.ok and again.ok
+    (line,) = _problems(caplog)  # said once, not every cycle
+    assert expected in line.getMessage() and "left out" in line.getMessage()
+    assert heartbeat.read_text().strip() == str(int(clock.now))
+    assert daemon.recorder.last is not None and daemon.recorder.last.pending > 0
+
+
 @pytest.mark.parametrize(
     "break_slurm",
-    [_truncated, _unknown_state, _node_without_gres, _squeue_timeout, _slurmctld_down],
-    ids=["truncated-json", "unknown-job-state", "node-without-gres", "squeue-timeout",
+    [_truncated, _node_without_gres, _squeue_timeout, _slurmctld_down],
+    ids=["truncated-json", "node-without-gres", "squeue-timeout",
          "slurmctld-down"],
 )
 def test_bad_slurm_output_skips_one_cycle_with_one_line(

@@ -263,19 +263,41 @@ def _mutated(mutate: object) -> str:
 
 
 @pytest.mark.parametrize(
-    ("mutate", "message"),
+    ("mutate", "index", "message"),
     [
-        (lambda d: d["jobs"][0].__setitem__("job_state", {"x": 1}), "job 1: expected a state"),
-        (lambda d: d["jobs"][0].__setitem__("job_state", "WEIRD"), "unknown job state 'WEIRD'"),
-        (lambda d: d["jobs"][0].pop("job_id"), "job #0: field missing"),
-        (lambda d: d["jobs"][1].__setitem__("nodes", "a100-[01-"), "bad node list"),
+        (lambda d: d["jobs"][0].__setitem__("job_state", {"x": 1}), 0, "job 1: expected a state"),
+        (lambda d: d["jobs"][0].__setitem__("job_state", "WEIRD"), 0,
+         "unknown job state 'WEIRD'"),
+        (lambda d: d["jobs"][0].pop("job_id"), 0, "job #0: field missing"),
+        (lambda d: d["jobs"][1].__setitem__("nodes", "a100-[01-"), 1, "bad node list"),
         (
-            lambda d: d["jobs"][1].__setitem__("excluded_nodes", "v100-[02-"),
+            lambda d: d["jobs"][1].__setitem__("excluded_nodes", "v100-[02-"), 1,
             "column 'excluded_nodes': job 2: bad node list",
         ),
-        (lambda d: d["jobs"][1].__setitem__("excluded_nodes", 7), "expected text"),
-        (lambda d: d["jobs"][2].__setitem__("tres_per_node", "gres:gpu:a100:x:y"), "not a number"),
-        (lambda d: d["jobs"][2].__setitem__("submit_time", "yesterday"), "expected a number"),
+        (lambda d: d["jobs"][1].__setitem__("excluded_nodes", 7), 1, "expected text"),
+        (lambda d: d["jobs"][1].__setitem__("required_nodes", "x[1-100000000]"), 1,
+         "more than 100,000 hosts"),
+        (lambda d: d["jobs"][2].__setitem__("tres_per_node", "gres:gpu:a100:x:y"), 2,
+         "not a number"),
+        (lambda d: d["jobs"][2].__setitem__("submit_time", "yesterday"), 2, "expected a number"),
+    ],
+)
+def test_an_unreadable_job_record_is_left_out_and_named(
+    mutate: object, index: int, message: str
+) -> None:
+    """Issue 18 (7): one bad record failed the whole document, so the cycle was skipped,
+    the heartbeat went stale and deferral stopped for every job."""
+    whole = parse_jobs(fixture_text("22.05", "squeue.json"))
+    report = parse_jobs(_mutated(mutate))
+    (line,) = report.unreadable
+    assert message in line and line.startswith("squeue --json") and "\n" not in line
+    assert [j.job_id for j in report.jobs] == \
+        [j.job_id for i, j in enumerate(whole.jobs) if i != index]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
         (lambda d: d.pop("meta"), "missing 'meta'"),
         (lambda d: d.pop("jobs"), "missing 'jobs' list"),
         (lambda d: d["errors"].append({"error": "Zero Bytes", "errno": 1}), "Zero Bytes"),
@@ -287,6 +309,18 @@ def test_bad_squeue_output_is_one_clear_error(mutate: object, message: str) -> N
     text = str(caught.value)
     assert message in text and text.startswith("squeue --json")
     assert "\n" not in text
+
+
+def test_a_huge_host_list_is_refused_without_expanding_it() -> None:
+    from slurm_rl.slurm.hostlist import HostlistError, expand, size_bound
+
+    assert size_bound("a100-[01-04],v100-[1-3,7]") == 8
+    assert size_bound("r[1-10]n[1-100]") == 1000
+    assert expand("a100-[01-02],v100-01") == ("a100-01", "a100-02", "v100-01")
+    with pytest.raises(HostlistError, match="more than 100,000 hosts"):
+        expand("x[1-100000000]")  # took 46 s
+    with pytest.raises(HostlistError, match="more than 100,000 hosts"):
+        expand("r[1-1000]n[1-1000]")
 
 
 def test_truncated_json_is_an_error() -> None:

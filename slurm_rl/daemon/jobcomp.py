@@ -33,12 +33,12 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from slurm_rl.core import FinishedJob, Job, Placement
 from slurm_rl.safefile import write_atomic
+from slurm_rl.slurm.hostlist import HostlistError, expand
 from slurm_rl.slurm.scontrol import parse_local_time, parse_pairs
 from slurm_rl.store.models import JobRow
 from slurm_rl.store.repository import Store, job_key
@@ -74,8 +74,8 @@ def node_list(value: str) -> tuple[str, ...]:
     if value in _UNSET:
         return ()
     try:
-        return tuple(NodeSet(value))
-    except NodeSetException:
+        return expand(value)
+    except HostlistError:
         return ()
 
 

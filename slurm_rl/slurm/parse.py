@@ -17,15 +17,13 @@ mistyped field we need, truncated JSON or a non-empty ``errors`` list raises
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Mapping
 from typing import Any
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
-
 from slurm_rl.slurm.errors import SlurmOutputError
 from slurm_rl.slurm.gres import GresFormatError, gpu_counts
+from slurm_rl.slurm.hostlist import HostlistError, expand
 from slurm_rl.slurm.records import (
     KNOWN_JOB_STATES,
     JobsReport,
@@ -164,19 +162,14 @@ def _strings(record: JsonObject, key: str, where: _Where) -> tuple[str, ...]:
     raise where.error(f"expected a list of names, got {json.dumps(value)[:60]}", key)
 
 
-@functools.lru_cache(maxsize=8192)
-def _expand_hostlist(text: str) -> tuple[str, ...]:
-    return tuple(NodeSet(text))
-
-
 def _hostlist(text: str, where: _Where, key: str) -> tuple[str, ...]:
     if not text or text in ("(null)", "None"):
         return ()
     if "[" not in text:  # a plain comma list needs no hostlist expansion
         return tuple(p for p in text.split(",") if p)
     try:
-        return _expand_hostlist(text)
-    except NodeSetException as exc:
+        return expand(text)
+    except HostlistError as exc:
         raise where.error(f"bad node list {text!r}: {exc}", key) from exc
 
 
@@ -294,10 +287,21 @@ def parse_job(record: JsonObject, index: int, source: str) -> SlurmJob:
 
 
 def parse_jobs(text: str, source: str = "squeue --json") -> JobsReport:
+    """Every job record of the document. One record that cannot be read (a GRES count that
+    is no number, an oversized host list) is left out and named in ``unreadable``: failing
+    the whole document would skip the cycle, let the heartbeat go stale and stop deferral for
+    everyone because of one job. A document that is not squeue's at all still raises."""
     doc = load_document(text, source)
     meta = parse_meta(doc, source)
-    jobs = _list_of_objects(doc, "jobs", _Where(source))
-    return JobsReport(meta, tuple(parse_job(job, i, source) for i, job in enumerate(jobs)))
+    records = _list_of_objects(doc, "jobs", _Where(source))
+    jobs: list[SlurmJob] = []
+    unreadable: list[str] = []
+    for index, record in enumerate(records):
+        try:
+            jobs.append(parse_job(record, index, source))
+        except SlurmOutputError as exc:
+            unreadable.append(str(exc))
+    return JobsReport(meta, tuple(jobs), tuple(unreadable))
 
 
 def _list_of_objects(doc: JsonObject, key: str, where: _Where) -> list[JsonObject]:

@@ -166,6 +166,8 @@ class SlurmNode:
 class JobsReport:
     meta: SlurmMeta
     jobs: tuple[SlurmJob, ...]
+    # Records left out because a field could not be read: one line each, naming the job.
+    unreadable: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
-
 from slurm_rl.slurm.errors import (
     SlurmCommandError,
     SlurmError,
@@ -29,6 +27,7 @@ from slurm_rl.slurm.errors import (
     SlurmTimeoutError,
     SlurmUnavailableError,
 )
+from slurm_rl.slurm.hostlist import HostlistError, expand
 from slurm_rl.slurm.parse import load_document, parse_jobs, parse_nodes
 from slurm_rl.slurm.proc import CommandResult, is_unreachable
 from slurm_rl.slurm.records import JobsReport, NodesReport
@@ -330,8 +329,8 @@ def _hosts(record: Mapping[str, Any], key: str) -> tuple[str, ...]:
     if not text or text in ("(null)", "None"):
         return ()
     try:
-        return tuple(NodeSet(text))
-    except NodeSetException as exc:
+        return expand(text)
+    except HostlistError as exc:
         raise SlurmOutputError(f"bad host list {text!r}", path="slurmrestd", column=key) from exc
 
 

@@ -13,9 +13,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
-
 from slurm_rl.slurm.errors import SlurmOutputError
+from slurm_rl.slurm.hostlist import HostlistError, expand
 
 _PAIR_START = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/.]*)=")
 _UNSET = {"", "(null)", "None", "N/A", "Unknown", "UNLIMITED", "INFINITE"}
@@ -79,8 +78,8 @@ def hostlist(value: str, where: str, key: str) -> tuple[str, ...]:
     if value in _UNSET:
         return ()
     try:
-        return tuple(NodeSet(value))
-    except NodeSetException as exc:
+        return expand(value)
+    except HostlistError as exc:
         message = f"bad node list {value!r}: {exc}"
         raise SlurmOutputError(message, path=where, column=key) from exc
 

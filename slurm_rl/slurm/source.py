@@ -192,12 +192,15 @@ class SlurmSource:
         self._cluster: Cluster | None = None  # the last snapshot's, reused while it is equal
         # pending jobs left out of the last snapshot, by id: what they wait on (waiting.py)
         self.set_aside: dict[str, str] = {}
+        # job records squeue gave that could not be read (one line each), last query
+        self.unreadable: frozenset[str] = frozenset()
 
     def state(self) -> SlurmState:
         """Query Slurm once (squeue, sinfo, the reservations) and keep the result as
         :attr:`last_state`."""
         now = self.clock()
         jobs = self.client.jobs()
+        self._note_unreadable(jobs.unreadable)
         nodes = self.client.nodes()
         reservations = tuple(self.client.reservations())
         self._cores = {}
@@ -274,6 +277,13 @@ class SlurmSource:
         self._note_set_aside(set_aside)
         pending.sort(key=lambda j: (j.submit_time, numeric_id(j.job_id)))
         return tuple(pending), tuple(running), tuple(finished)
+
+    def _note_unreadable(self, unreadable: tuple[str, ...]) -> None:
+        """Say once which job records are left out (Slurm starts those jobs by itself)."""
+        for line in unreadable:
+            if line not in self.unreadable:
+                log.warning("job record left out, Slurm schedules it alone: %s", line)
+        self.unreadable = frozenset(unreadable)
 
     def _note_set_aside(self, set_aside: dict[str, str]) -> None:
         for job_id, waits in sorted(set_aside.items()):
