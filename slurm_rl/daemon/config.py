@@ -44,6 +44,13 @@ JOBCOMP_POSITION_FILE = "jobcomp.position"
 DEFAULT_CONFIG_PATH = Path("/etc/slurm-rl/slurm-rl.toml")
 CONFIG_PATH_ENV = "SLURM_RL_CONFIG"
 ENV_PREFIX = "SLURM_RL_"
+# Upper bounds: no value past them is a setting anyone means (inf, 1e300, a typo), and some
+# break later (an interval of 1e300 s never wakes; a timeout past 2**31 s overflows).
+HOUR, DAY = 3600, 86400
+TEN_YEARS_D = 3650
+# Slurm's job priorities are 32-bit; the daemon ranks from the floor upwards and renumbers
+# below 2**31 (slurm/priority.py), so the floor leaves room for a billion ranks.
+MAX_PRIORITY_FLOOR = 2**30
 
 
 class DaemonConfig(BaseModel):
@@ -55,53 +62,54 @@ class DaemonConfig(BaseModel):
     policy_bundle: Path | None = None  # learned policies' bundle; default policies/default
     mode: ModeName = "shadow"
     dry_run: bool = False  # plan as `mode` would, send nothing (the shadow actuator)
-    interval_s: float = Field(default=5.0, gt=0)  # from one cycle's start to the next
+    interval_s: float = Field(default=5.0, gt=0, le=HOUR)  # from one cycle's start to the next
     partitions: tuple[str, ...] = ()  # managed partitions; empty = all
     cluster_name: str = ""  # the name jobs are stored under; default: Slurm's, or "slurm"
     state_dir: Path = DEFAULT_STATE_DIR
     store_url: str | None = None  # SQLAlchemy URL; default: SQLite in state_dir
     heartbeat_path: Path | None = None  # default: <state_dir>/heartbeat
     plugin_conf_dir: Path | None = None  # slurm.conf's directory: job_submit config goes there
-    heartbeat_max_age_s: int = Field(default=30, ge=1)
-    defer_window_s: int = Field(default=10, ge=1)
-    defer_extension_s: float = Field(default=30.0, gt=0)
-    defer_cap_s: float = Field(default=600.0, ge=0)
+    heartbeat_max_age_s: int = Field(default=30, ge=1, le=DAY)
+    defer_window_s: int = Field(default=10, ge=1, le=HOUR)
+    defer_extension_s: float = Field(default=30.0, gt=0, le=HOUR)
+    defer_cap_s: float = Field(default=600.0, ge=0, le=DAY)
     # the lowest Priority the daemon gives the last job it ranks; above the site's largest
     # multifactor priority, ranked jobs go before unranked ones (docs/slurm.md)
-    priority_floor: int = Field(default=1000, ge=1)
+    priority_floor: int = Field(default=1000, ge=1, le=MAX_PRIORITY_FLOOR)
     # Move running jobs that opted in (docs/daemon.md); off unless the admin turns it on.
     migrate: bool = False
-    max_migrations_per_cycle: int = Field(default=2, ge=1)
-    slurm_timeout_s: float = Field(default=15.0, gt=0)  # every squeue/sinfo/scontrol call
+    max_migrations_per_cycle: int = Field(default=2, ge=1, le=1000)
+    slurm_timeout_s: float = Field(default=15.0, gt=0, le=HOUR)  # every squeue/sinfo/scontrol call
     slurm_conf: Path | None = None  # SLURM_CONF for the Slurm commands
     jobcomp_path: Path | None = None  # JobCompLoc of jobcomp/filetxt: outcomes squeue forgot
     # sacct (where slurmdbd runs): outcomes squeue forgot, for jobs decided in the lookback
     accounting_outcomes: bool = False
-    accounting_every_s: float = Field(default=600.0, gt=0)
-    accounting_lookback_days: float = Field(default=7.0, gt=0)
+    accounting_every_s: float = Field(default=600.0, gt=0, le=DAY)
+    accounting_lookback_days: float = Field(default=7.0, gt=0, le=TEN_YEARS_D)
     price_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
     # a new policy (start, SIGHUP, model switch) first learns from the jobs stored as finished
     # in the last N days (docs/daemon.md); 0: it starts from its prior
-    history_days: float = Field(default=7.0, ge=0)
-    seed: int = 0
+    history_days: float = Field(default=7.0, ge=0, le=TEN_YEARS_D)
+    seed: int = Field(default=0, ge=0, le=2**32 - 1)
     log_level: LogLevel = "info"
     # Retraining and the model registry (docs/retraining.md).
     models_follow: bool = True  # run the registry's active version when there is one
     models_cache_dir: Path | None = None  # default: <state_dir>/models
-    retrain_every_h: float = Field(default=0.0, ge=0)  # 0 = no scheduled retraining
-    retrain_window_days: float = Field(default=7.0, gt=0)
+    # 0 = no scheduled retraining
+    retrain_every_h: float = Field(default=0.0, ge=0, le=TEN_YEARS_D * 24)
+    retrain_window_days: float = Field(default=7.0, gt=0, le=TEN_YEARS_D)
     retrain_margin: float = Field(default=0.02, ge=0, lt=1)
     # promote only if the candidate's fees are at most this fraction above the current's
-    retrain_fee_tolerance: float = Field(default=0.05, ge=0)
+    retrain_fee_tolerance: float = Field(default=0.05, ge=0, le=100)
     # ... and if its p99 queue wait is at most this fraction (plus an hour) above the current's
-    retrain_wait_tolerance: float = Field(default=0.5, ge=0)
-    retrain_iterations: int = Field(default=10, ge=0)
-    retrain_episodes: int = Field(default=4, ge=1)
-    retrain_gate_seeds: int = Field(default=3, ge=1)
+    retrain_wait_tolerance: float = Field(default=0.5, ge=0, le=100)
+    retrain_iterations: int = Field(default=10, ge=0, le=100_000)
+    retrain_episodes: int = Field(default=4, ge=1, le=10_000)
+    retrain_gate_seeds: int = Field(default=3, ge=1, le=1000)
     retrain_base_bundle: Path | None = None  # fine-tune from this, not the current policy
-    retrain_misfire_grace_s: float = Field(default=3600.0, gt=0)
-    retrain_timeout_s: float = Field(default=4 * 3600.0, gt=0)
-    retention_days: float = Field(default=0.0, ge=0)  # 0 = keep every row
+    retrain_misfire_grace_s: float = Field(default=3600.0, gt=0, le=30 * DAY)
+    retrain_timeout_s: float = Field(default=4 * 3600.0, gt=0, le=7 * DAY)
+    retention_days: float = Field(default=0.0, ge=0, le=10 * TEN_YEARS_D)  # 0 = keep every row
     log_json: bool = True  # one JSON line per decision on stdout (besides the cycle line)
     metrics_port: int = Field(default=9464, ge=0, le=65535)  # Prometheus on 127.0.0.1; 0 = off
     metrics_address: str = "127.0.0.1"  # never a public interface by default
@@ -114,6 +122,26 @@ class DaemonConfig(BaseModel):
         if numeric and isinstance(value, bool):
             raise ValueError(f"a number, not {str(value).lower()}")
         return value
+
+    @field_validator("*")
+    @classmethod
+    def _no_control_characters(cls, value: object, info: ValidationInfo) -> object:
+        # A newline in a partition or a path was rendered into the plugin's config as an
+        # extra line; no setting has a use for control characters.
+        texts = value if isinstance(value, tuple) else (value,)
+        for text in texts:
+            if isinstance(text, str | Path) and any(ord(c) < 32 or ord(c) == 127
+                                                     for c in str(text)):
+                raise ValueError(f"{str(text)!r} holds a control character (a newline?)")
+        return value
+
+    @field_validator("partitions")
+    @classmethod
+    def _partitions_are_names(cls, partitions: tuple[str, ...]) -> tuple[str, ...]:
+        for name in partitions:
+            if not name or any(c in name for c in ", =\t"):
+                raise ValueError(f"{name!r} is not a partition name (no spaces, commas or =)")
+        return partitions
 
     @field_validator("price_per_gpu_hour")
     @classmethod

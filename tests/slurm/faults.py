@@ -55,6 +55,7 @@ fault=$(cat "{faults}/squeue" 2>/dev/null)
 case "$fault" in
   truncate) "{real}" "$@" | head -c 1500; exit 0 ;;
   malformed) cat "{faults}/malformed.json"; exit 0 ;;
+  badrecord) "{real}" "$@" | "{python}" "{faults}/one_bad_record.py"; exit 0 ;;
 esac
 exec "{real}" "$@"
 """
@@ -209,21 +210,32 @@ def decision_lines(output: str) -> list[dict[str, object]]:
     return found
 
 
-# Valid JSON from a 22.05 squeue whose one job breaks the schema (no state the parser knows,
-# a partition that is a number).
+# Valid JSON from a 22.05 squeue that breaks the schema as a whole (its job list is no list).
 MALFORMED = {
     "meta": {"plugin": {"type": "openapi/v0.0.38"},
              "Slurm": {"version": {"major": 22, "minor": 5, "micro": 8}, "release": "22.05.8"}},
     "errors": [],
-    "jobs": [{"job_id": "seven", "job_state": "WEIRD", "partition": 3}],
+    "jobs": {"job_id": "seven", "job_state": "WEIRD", "partition": 3},
 }
+
+# The real squeue's answer with one record broken: the job named "unreadable" asks for a GPU
+# count that is no number.
+ONE_BAD_RECORD = """import json, sys
+doc = json.load(sys.stdin)
+for job in doc.get("jobs", []):
+    if job.get("name") == "unreadable":
+        job["tres_per_node"] = "gres:gpu:a100:many"
+json.dump(doc, sys.stdout)
+"""
 
 
 def make_shims(directory: Path, faults: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (faults / "malformed.json").write_text(json.dumps(MALFORMED))
+    (faults / "one_bad_record.py").write_text(ONE_BAD_RECORD)
     scripts = {
-        "squeue": SQUEUE_SHIM.format(faults=faults, real=shutil.which("squeue")),
+        "squeue": SQUEUE_SHIM.format(faults=faults, real=shutil.which("squeue"),
+                                     python=sys.executable),
         "scontrol": SCONTROL_SHIM.format(faults=faults, real=shutil.which("scontrol"),
                                          scancel=shutil.which("scancel")),
     }

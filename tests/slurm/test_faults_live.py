@@ -172,6 +172,32 @@ def test_bad_squeue_output(make_rig, live: LiveCluster, kind: str, logged: str) 
         rig.survived(before)
 
 
+def test_one_unreadable_job_record(make_rig, live: LiveCluster) -> None:
+    """Issue 18 (7): one job whose record cannot be read no longer skips every cycle: the
+    daemon keeps beating and places every other job; that one starts when its deferral window
+    ends, as any job the daemon leaves alone."""
+    with fault("one unreadable job record"):
+        rig = make_rig()
+        rig.wait_healthy_cycles(1)
+        before = rig.rows()
+        rig.set_fault("squeue", "badrecord")
+        (bad,) = rig.submit("--gres=gpu:a100:1 -J unreadable")
+        others = rig.submit("--gres=gpu:a100:1", "--gres=gpu:v100:1")
+        _deferred(live, [bad, *others])
+        window_ends = {j: deferred_until(live.job(j).admin_comment) for j in others}
+        rig.wait_log(f"job record left out, Slurm schedules it alone: squeue --json: "
+                     f"column 'tres_per_node': job {bad}")
+        rig.wait_healthy_cycles(2)
+        rig.all_start(others, timeout_s=20.0)
+        for job_id, end in window_ends.items():  # released by the daemon, inside the window
+            started = live.job(job_id).start_time
+            assert started is not None and end is not None and started < end, (job_id, started)
+        seen = {key.split(":")[-1] for key in rig.rows()["jobs"]}
+        assert set(others) <= seen and bad not in seen, seen
+        rig.set_fault("squeue", None)
+        rig.survived(before)
+
+
 def test_a_job_vanishing_between_read_and_update(make_rig, live: LiveCluster) -> None:
     with fault("job vanishing between read and update"):
         rig = make_rig()
