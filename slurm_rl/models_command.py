@@ -6,12 +6,22 @@ cycle; SIGHUP also re-reads it.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from slurm_rl.errors import InputError
+from slurm_rl.errors import InputError, SlurmRLError
+from slurm_rl.ops.safe_text import error_line, terminal_text
+
+if TYPE_CHECKING:
+    from slurm_rl.store.registry import ModelRegistry
+
+# Version numbers are the store's INTEGER key: 32 bits in PostgreSQL.
+MAX_VERSION = 2**31 - 1
 
 _store = click.option("--store", "store_url", default=None,
                       help="SQLAlchemy URL of the store [the --config file's].")
@@ -21,20 +31,33 @@ _config = click.option("--config", "config_path", default=None,
                        "[$SLURM_RL_CONFIG, else /etc/slurm-rl/slurm-rl.toml when there].")
 
 
-def _registry(config_path: Path | None, store_url: str | None) -> object:
+def _registry(config_path: Path | None, store_url: str | None) -> tuple[ModelRegistry, str]:
+    """The registry of the store, and that store's URL as it may be shown (password ***)."""
     from slurm_rl.daemon.config import store_command_config
     from slurm_rl.retrain.window import RetrainSkipped, check_schema
     from slurm_rl.store.registry import ModelRegistry
-    from slurm_rl.store.repository import make_engine, require_store
+    from slurm_rl.store.repository import make_engine, require_store, shown_url
 
     config = store_command_config(config_path, store_url)
     require_store(config.store)
+    shown = shown_url(config.store)
     engine = make_engine(config.store)
     try:
         check_schema(engine)
     except RetrainSkipped as exc:
-        raise InputError(f"store {config.store}: {exc}") from None
-    return ModelRegistry(engine)
+        raise InputError(f"store {shown}: {terminal_text(exc)}") from None
+    return ModelRegistry(engine), shown
+
+
+@contextlib.contextmanager
+def _using(shown: str, doing: str) -> Iterator[None]:
+    """A store error (locked, read-only, gone) as one line naming the store."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise SlurmRLError(f"store {shown}: cannot {doing}: {error_line(exc)}") from None
 
 
 @click.group("models")
@@ -48,11 +71,9 @@ def models_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per version.")
 def list_command(config_path: Path | None, store_url: str | None, as_json: bool) -> None:
     """Every version: number, active flag, status, policy, data window, gate figures."""
-    from slurm_rl.store.registry import ModelRegistry
-
-    registry = _registry(config_path, store_url)
-    assert isinstance(registry, ModelRegistry)
-    versions = registry.versions()
+    registry, shown = _registry(config_path, store_url)
+    with _using(shown, "read the model registry"):
+        versions = registry.versions()
     if not versions:
         click.echo("no model versions (the daemon runs its configured policy)")
         return
@@ -72,21 +93,19 @@ def list_command(config_path: Path | None, store_url: str | None, as_json: bool)
             figures = (f" JCT {gate['candidate_jct_s']:.1f} s vs {gate['current_jct_s']:.1f} s"
                        f" ({gate['improvement']:+.1%})")
         window = f" {v.window_jobs} jobs" if v.window_jobs is not None else ""
-        click.echo(f"{mark} v{v.version:<4} {v.status:<11} {v.policy:<20} {v.source:<8}"
-                   f" {v.created_at:%Y-%m-%d %H:%M}{window}{figures}")
+        click.echo(terminal_text(f"{mark} v{v.version:<4} {v.status:<11} {v.policy:<20} "
+                                 f"{v.source:<8} {v.created_at:%Y-%m-%d %H:%M}{window}{figures}"))
 
 
 @models_group.command("promote")
 @_config
 @_store
-@click.argument("version", type=click.IntRange(min=1))
+@click.argument("version", type=click.IntRange(min=1, max=MAX_VERSION))
 def promote_command(config_path: Path | None, store_url: str | None, version: int) -> None:
     """Make VERSION the active one (whatever the gate said)."""
-    from slurm_rl.store.registry import ModelRegistry
-
-    registry = _registry(config_path, store_url)
-    assert isinstance(registry, ModelRegistry)
-    previous = registry.promote(version, note="promoted by an admin")
+    registry, shown = _registry(config_path, store_url)
+    with _using(shown, "change the model registry"):
+        previous = registry.promote(version, note="promoted by an admin")
     click.echo(f"v{version} active (was {f'v{previous}' if previous else 'none'})")
 
 
@@ -95,10 +114,8 @@ def promote_command(config_path: Path | None, store_url: str | None, version: in
 @_store
 def rollback_command(config_path: Path | None, store_url: str | None) -> None:
     """Re-activate the version that was active before the current one."""
-    from slurm_rl.store.registry import ModelRegistry
-
-    registry = _registry(config_path, store_url)
-    assert isinstance(registry, ModelRegistry)
-    restored, replaced = registry.rollback(note="rolled back by an admin")
+    registry, shown = _registry(config_path, store_url)
+    with _using(shown, "change the model registry"):
+        restored, replaced = registry.rollback(note="rolled back by an admin")
     now = f"v{restored}" if restored else "none (the daemon's configured policy)"
     click.echo(f"rolled back v{replaced}; active: {now}")

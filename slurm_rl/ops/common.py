@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,9 +10,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from slurm_rl.daemon.config import DaemonConfig, config_path, load_config
 from slurm_rl.errors import SlurmRLError
+from slurm_rl.ops.safe_text import terminal_text
 from slurm_rl.store.repository import Store, require_store, shown_url
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def load(config_file: Path | None, store_url: str | None = None) -> DaemonConfig:
@@ -49,4 +47,4 @@ def reading(config: DaemonConfig) -> Iterator[None]:
 def safe(text: object) -> str:
     """Stored text as one printable line: a job name or user is data, and a newline, escape
     sequence or control character in it must not forge another line of our output."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    return terminal_text(str(text))

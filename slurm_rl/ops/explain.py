@@ -17,7 +17,8 @@ import click
 from sqlalchemy import select
 
 from slurm_rl.errors import SlurmRLError
-from slurm_rl.ops.common import load, open_store, reading, safe
+from slurm_rl.ops.common import load, open_store, reading
+from slurm_rl.ops.safe_text import terminal_text as safe
 from slurm_rl.store.models import CycleRow, DecisionRow, JobRow, OutcomeRow
 from slurm_rl.store.repository import Store
 
@@ -29,13 +30,13 @@ def find_job(store: Store, job_id: str, cluster: str | None) -> JobRow:
             query = query.where(JobRow.cluster == cluster)
         found = list(session.scalars(query))
     if not found:
-        where = f" of cluster {cluster!r}" if cluster else ""
+        where = f" of cluster {safe(repr(cluster))}" if cluster else ""
         raise SlurmRLError(
             f"job {safe(job_id)}{where} is not in the store (the daemon stores a job when it "
             "decides for it; one left to Slurm while held, waiting on a dependency, a begin "
             "time or a reservation, or blocked by a limit has a 'left to Slurm' log line)")
     if len(found) > 1:
-        names = ", ".join(sorted(row.cluster for row in found))
+        names = safe(", ".join(sorted(row.cluster for row in found)))
         raise SlurmRLError(f"job {safe(job_id)} is stored for several clusters ({names}): "
                            "pass --cluster")
     return found[0]
@@ -82,9 +83,9 @@ def _num(value: Any) -> str:
 
 def render(data: dict[str, Any]) -> list[str]:
     job = data["job"]
-    kind = f", {safe(job['gpu_type'])}" if job["gpu_type"] else ""
-    lines = [f"job {safe(job['id'])} (cluster {safe(job['cluster'])}): user "
-             f"{safe(job['user'])}, partition {safe(job['partition'])}, {job['gpus']} GPUs on "
+    kind = f", {job['gpu_type']}" if job["gpu_type"] else ""
+    lines = [f"job {job['id']} (cluster {job['cluster']}): user "
+             f"{job['user']}, partition {job['partition']}, {job['gpus']} GPUs on "
              f"{job['nodes'] or '?'} node(s){kind}; submitted {_when(job['submit_time'])}"]
     if not data["decisions"]:
         lines.append("no decision stored: the daemon never acted on it (Slurm decided alone; "
@@ -92,42 +93,44 @@ def render(data: dict[str, Any]) -> list[str]:
     for d in data["decisions"]:
         lines.extend(_render_decision(d))
     lines.append(_render_outcome(data["outcome"]))
-    return lines
+    # Every value above is stored data (Slurm's text, its users' names): each line is shown
+    # with control, bidi and format characters escaped, whatever it was built from.
+    return [safe(line) for line in lines]
 
 
 def _render_decision(d: dict[str, Any]) -> list[str]:
-    lines = [f"cycle {d['cycle']} at {d['at']} ({safe(d['mode'])}): {safe(d['policy'])} "
-             f"-> {safe(d['action'])}"]
+    lines = [f"cycle {d['cycle']} at {d['at']} ({d['mode']}): {d['policy']} "
+             f"-> {d['action']}"]
     why = d["why"] or {}
     if d["rank"] is not None:
         text = f"  rank {d['rank'] + 1} of {why.get('ranked', '?')} ranked " \
                f"({why.get('pending', '?')} pending), score {_num(d['score'])}"
         for side in ("above", "below"):
             if side in why:
-                text += f"; {side}: job {safe(why[side]['job'])} ({_num(why[side]['score'])})"
+                text += f"; {side}: job {why[side]['job']} ({_num(why[side]['score'])})"
         lines.append(text)
     else:
         lines.append("  not ranked this cycle (held back or no longer pending)")
     lines.extend(_render_placement(why.get("placement"), d["nodes"]))
     if "guard" in why:
-        lines.append(f"  the guard dropped the policy's nodes: {safe(why['guard'])}")
+        lines.append(f"  the guard dropped the policy's nodes: {why['guard']}")
     if d["argv"]:
-        answer = f" ({safe(d['answer'])})" if d["answer"] else ""
+        answer = f" ({d['answer']})" if d["answer"] else ""
         rc = "not sent" if d["rc"] is None else f"exit {d['rc']}"
-        lines.append(f"  sent: {safe(' '.join(d['argv']))} -> {rc}{answer}")
+        lines.append(f"  sent: {' '.join(d['argv'])} -> {rc}{answer}")
     return lines
 
 
 def _render_placement(placement: dict[str, Any] | None, nodes: str | None) -> list[str]:
     if placement is None:
-        return [f"  nodes: {safe(nodes)}"] if nodes else ["  nodes: left to Slurm"]
+        return [f"  nodes: {nodes}"] if nodes else ["  nodes: left to Slurm"]
     parts = []
     for node in placement["nodes"]:
         gp = ""
         if "gp_mean" in node:
             gp = f", GP mean {_num(node['gp_mean'])} std {_num(node['gp_std'])}"
-        parts.append(f"{safe(node['node'])} ({node['gpus']} of {node['free_gpus']} free GPUs{gp})")
-    lines = [f"  nodes by {safe(placement['policy'])}: " + ", ".join(parts)]
+        parts.append(f"{node['node']} ({node['gpus']} of {node['free_gpus']} free GPUs{gp})")
+    lines = [f"  nodes by {placement['policy']}: " + ", ".join(parts)]
     chosen = placement.get("chosen")
     if chosen and "score" in chosen:
         lines.append(f"    chosen set: cost {_num(chosen['score'])}, pace {_num(chosen['pace'])}, "
@@ -150,10 +153,10 @@ def _alternatives(block: dict[str, Any], fallback: str, prefix: str = "alternati
         gp = ""
         if "gp_mean" in alt:
             gp = f" (GP mean {_num(alt['gp_mean'])} std {_num(alt['gp_std'])})"
-        lines.append(f"    {prefix} {safe(where)}{gp}: {safe(alt.get('lost', ''))}")
+        lines.append(f"    {prefix} {where}{gp}: {alt.get('lost', '')}")
     note = block.get("note", fallback)
     if not lines and note:
-        lines.append(f"    {prefix}s: none ({safe(note)})")
+        lines.append(f"    {prefix}s: none ({note})")
     return lines
 
 
@@ -161,9 +164,9 @@ def _render_outcome(outcome: dict[str, Any] | None) -> str:
     if outcome is None:
         return "outcome: none stored yet (pending, running, or ended unseen)"
     took = outcome["end_time"] - outcome["start_time"]
-    return (f"outcome: {safe(outcome['state'])} (exit {outcome['exit_code']}) on "
-            f"{safe(outcome['nodes'])}, started {_when(outcome['start_time'])}, ran {took:.0f} s "
-            f"(from {safe(outcome['source'])})")
+    return (f"outcome: {outcome['state']} (exit {outcome['exit_code']}) on "
+            f"{outcome['nodes']}, started {_when(outcome['start_time'])}, ran {took:.0f} s "
+            f"(from {outcome['source']})")
 
 
 @click.command("explain")

@@ -17,6 +17,7 @@ decisions (policy and mode ``revert``), which a later revert does not count as t
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -30,7 +31,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.errors import InputError, SlurmRLError
-from slurm_rl.ops.common import load, open_store, reading, safe
+from slurm_rl.ops.common import load, open_store, reading
+from slurm_rl.ops.safe_text import error_line
+from slurm_rl.ops.safe_text import terminal_text as safe
 from slurm_rl.slurm.actuator import before_values
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.deferral import deferred_until
@@ -60,9 +63,15 @@ def parse_since(text: str | None) -> datetime | None:
     if text is None:
         return None
     try:
-        return datetime.fromtimestamp(float(text), UTC)
+        seconds = float(text)
     except ValueError:
-        pass
+        seconds = None
+    if seconds is not None and not math.isnan(seconds):
+        try:
+            return datetime.fromtimestamp(seconds, UTC)
+        except (OverflowError, OSError, ValueError):  # inf, past year 9999, before year 1
+            raise InputError(f"{text!r} is out of range (a Unix time from year 1 to 9999)",
+                             path="--since") from None
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError as exc:
@@ -223,7 +232,7 @@ def _client(config: DaemonConfig) -> CliSlurmClient:
 def _describe(step: Step) -> str:
     sent = " ".join(f"{k}={v}" if v else f"{k}=(cleared)" for k, v in step.fields.items())
     middle = f" {sent}:" if sent else ""
-    return f"job {safe(step.job_id)} ({safe(step.state)}):{middle} {safe(step.result)}"
+    return safe(f"job {step.job_id} ({step.state}):{middle} {step.result}")
 
 
 @click.command("revert")
@@ -279,8 +288,7 @@ def _record(config: DaemonConfig, steps: Sequence[Step], found: Mapping[str, Cha
         finally:
             store.engine.dispose()
     except (SlurmRLError, SQLAlchemyError) as exc:
-        first = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or ["?"])[0]
-        click.echo(f"the changes above are NOT in the audit trail: {first}", err=True)
+        click.echo(f"the changes above are NOT in the audit trail: {error_line(exc)}", err=True)
         return True
     click.echo(f"{rows} updates recorded in the store as {REVERT!r} decisions")
     return False

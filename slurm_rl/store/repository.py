@@ -102,8 +102,8 @@ def shown_url(url: str) -> str:
 
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:
     cursor = connection.cursor()
+    cursor.execute("PRAGMA busy_timeout=10000")  # first: switching to WAL may wait too
     cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=10000")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
 
