@@ -112,6 +112,18 @@ def test_jobs_with_the_same_change_share_one_call() -> None:
     ]
 
 
+def test_pins_go_one_job_a_call() -> None:
+    """Slurm 22.05 refuses a job list with ReqNodeList or NumNodes (issue 19)."""
+    actuator, runner, _ = _setup(Mode.ENFORCE, priority_floor=1)
+    first, second = ROLES["pending_prio"], ROLES["pending_unlimited"]
+    placements = {j: Placement(("a100-03",), (1,)) for j in (first, second)}
+    report = actuator.apply(Decision("p", (first, second), placements))
+    updates = _updates(runner)
+    assert [argv[2] for argv in updates] == [f"JobId={first}", f"JobId={second}"]
+    assert all("ReqNodeList=a100-03" in argv for argv in updates)
+    assert all(o.ok and o.kind == "place" for o in report.outcomes)
+
+
 def test_a_users_own_begin_time_is_never_released() -> None:
     actuator, runner, _ = _setup(Mode.ENFORCE, priority_floor=1)
     report = actuator.apply(Decision("p", (ROLES["user_begin"],)))

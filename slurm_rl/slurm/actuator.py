@@ -13,7 +13,8 @@
   that opted in are requeued and pinned to their new nodes (:mod:`slurm_rl.slurm.migration`).
 
 Updates are skipped when Slurm already shows the wanted value, and jobs that get the same
-change share one ``scontrol update JobId=a,b,c`` call. Errors (job vanished, permission
+change share one ``scontrol update JobId=a,b,c`` call where Slurm takes a job list for all
+its fields (:data:`BATCHABLE_FIELDS`; a pin goes one job a call). Errors (job vanished, permission
 denied, timeout) are recorded per job in the report, never raised.
 """
 
@@ -211,12 +212,29 @@ class _Memory:
     pinned: Mapping[str, frozenset[str]]
 
 
+# The fields ``scontrol update JobId=a,b,...`` applies to every job of the list. Measured
+# on Slurm 22.05.8 (tests/slurm/test_live.py): StartTime, ExcNodeList and Priority are; with
+# ReqNodeList or NumNodes in the call it answers "Invalid job ID a,b" and changes none of
+# the jobs, so a pin goes one job a call.
+BATCHABLE_FIELDS = frozenset({"StartTime", "ExcNodeList", "Priority"})
+
+
 def _merge(updates: Sequence[Update]) -> list[Update]:
-    """Jobs with identical fields share one call, at the first job's place in the order."""
+    """Jobs with identical fields share one call, at the first job's place in the order,
+    when Slurm takes a job list for every one of those fields (:data:`BATCHABLE_FIELDS`)."""
     merged: dict[tuple[str, tuple[tuple[str, str], ...]], list[str]] = {}
-    for update in updates:
-        merged.setdefault((update.kind, update.fields), []).extend(update.job_ids)
-    return [Update(kind, tuple(ids), fields) for (kind, fields), ids in merged.items()]
+    single: list[tuple[int, Update]] = []
+    order: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+    for index, update in enumerate(updates):
+        if {key for key, _ in update.fields} <= BATCHABLE_FIELDS:
+            key = (update.kind, update.fields)
+            order.setdefault(key, index)
+            merged.setdefault(key, []).extend(update.job_ids)
+        else:
+            single.extend((index, Update(update.kind, (job_id,), update.fields))
+                          for job_id in update.job_ids)
+    batched = [(order[key], Update(key[0], tuple(ids), key[1])) for key, ids in merged.items()]
+    return [update for _, update in sorted(batched + single, key=lambda pair: pair[0])]
 
 
 def plan(

@@ -195,3 +195,47 @@ def test_finished_jobs_are_reported_once_with_their_nodes(live: LiveCluster) -> 
     assert (finished[job_id].state, finished[job_id].exit_code) == ("COMPLETED", 0)
     assert finished[job_id].end_time >= finished[job_id].start_time
     assert job_id not in {f.job.job_id for f in source.snapshot().finished}
+
+
+def test_slurm_takes_a_job_list_only_for_the_batchable_fields(live: LiveCluster) -> None:
+    """Issue 19 (1): what ``BATCHABLE_FIELDS`` says, measured on this Slurm: a job list works
+    for StartTime, ExcNodeList and Priority; with ReqNodeList or NumNodes the call fails for
+    every job of the list ("Invalid job ID a,b")."""
+    from slurm_rl.slurm.actuator import BATCHABLE_FIELDS
+
+    first = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", "--begin=now+300")
+    second = live.sbatch("bob", "--gres=gpu:a100:1", "-t", "10", "--begin=now+300")
+    node = _nodes(SlurmSource(live.client).snapshot(), "a100")[-1]
+    both = f"JobId={first},{second}"
+    for field, value in (("ReqNodeList", node), ("NumNodes", "1-1")):
+        result = live.run("scontrol", "update", both, f"{field}={value}")
+        assert not result.ok and "invalid job id" in result.stderr.lower(), \
+            (field, result.stderr)
+        assert field not in BATCHABLE_FIELDS
+    assert live.run("scontrol", "update", both, f"ExcNodeList={node}").ok
+    assert all(live.job(j).excluded_nodes == (node,) for j in (first, second))
+    assert live.run("scontrol", "update", both, "StartTime=now+200").ok
+    assert live.run("scontrol", "update", both, "Priority=7").ok
+    assert [live.job(j).priority for j in (first, second)] == [7, 7]
+    assert {"ExcNodeList", "StartTime", "Priority"} == BATCHABLE_FIELDS
+    live.run("scancel", first, second)
+
+
+def test_two_jobs_pinned_to_one_node_in_one_cycle_both_get_their_pin(live: LiveCluster) -> None:
+    """Issue 19 (1): two released jobs sharing a node got one ``JobId=a,b ReqNodeList=...``
+    call, Slurm refused it, the refusal was recorded as "vanished", and both jobs ran on
+    nodes Slurm chose."""
+    first = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10")
+    second = live.sbatch("bob", "--gres=gpu:a100:1", "-t", "10")
+    source = SlurmSource(live.client)
+    node = _nodes(source.snapshot(), "a100")[-1]  # not where Slurm would put them
+    placements = {j: Placement((node,), (1,)) for j in (first, second)}
+    # priority_floor 1: both already have a priority above it, so the two calls are the same
+    actuator = _actuator(live, source, Mode.ENFORCE, priority_floor=1)
+    report = actuator.apply(Decision("test", (first, second), placements))
+    sent = [o for o in report.outcomes if o.job_id in placements]
+    assert all(o.kind == "place" and o.sent and o.ok for o in sent), sent
+    assert all(f"JobId={o.job_id}" in o.argv for o in sent)
+    for job_id in placements:
+        job = live.wait_state(job_id, "RUNNING", timeout_s=live.window_s + SCHED_SLACK_S)
+        assert job.nodes == (node,), job_id
