@@ -13,8 +13,10 @@ set -euo pipefail
 # priority_multifactor, gres_gpu and jobcomp_filetxt, so no Recommends are needed.
 # slurmdbd and mariadb-server: the least-privilege test gives a user Slurm's Operator level,
 # which needs accounting (tests/slurm/test_operator_live.py starts its own private MariaDB).
+# lua5.1: the interpreter of the Lua that job_submit_lua.so links, for the plugin's own tests
+# (tests/test_job_submit_lua.py).
 PACKAGES=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins slurmrestd slurmdbd
-          mariadb-server)
+          mariadb-server lua5.1)
 
 # Not fatal without root: unit tests need no Slurm, and the integration tests skip.
 source "$(dirname "$0")/apt-packages.sh"

@@ -125,3 +125,28 @@ def test_an_unreadable_plugin_config_is_a_failed_check(tmp_path: Path) -> None:
     (path.parent / deferral.CONF_NAME).write_bytes(b"\xff\xfe\x00 not text")
     ok, detail = check_deferral(_config(tmp_path), path)
     assert not ok and detail.startswith(f"cannot read {path.parent / deferral.CONF_NAME}")
+
+
+@pytest.mark.parametrize("damage, why", [
+    ("shared directory", "its directory"),
+    ("symlink", "not a regular file"),
+    ("huge", "larger than 256 bytes"),
+])
+def test_a_heartbeat_the_plugin_would_refuse_fails_the_check(
+    tmp_path: Path, damage: str, why: str
+) -> None:
+    """The plugin does not read a heartbeat it cannot trust (issue 18, finding 8), and then
+    defers nothing with only a slurmctld log line: selftest says so with the same rules."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o755)
+    beat = run / "heartbeat"
+    if damage == "symlink":
+        (run / "real").write_text("1\n")
+        beat.symlink_to(run / "real")
+    else:
+        beat.write_text("1\n" if damage != "huge" else "1" * 1000)
+    if damage == "shared directory":
+        run.chmod(0o777)
+    config = _config(tmp_path, heartbeat_path=beat, plugin_conf_dir=tmp_path / "etc")
+    ok, detail = check_deferral(config, _site(tmp_path))
+    assert not ok and f"will not read the heartbeat {beat}: {why}" in detail, detail

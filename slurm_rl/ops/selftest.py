@@ -263,7 +263,8 @@ def run_checks(config: DaemonConfig) -> list[Check]:
     steps: list[Callable[[], Check]] = [
         lambda: check_permission(client, runner, pending),
         lambda: Check(plugin_check.NAME,
-                      *plugin_check.check_deferral(config, _found_slurm_conf(config, runner))),
+                      *plugin_check.check_deferral(config, _found_slurm_conf(config, runner),
+                                                   _slurm_user(runner, client.timeout_s))),
         lambda: check_store(config), lambda: check_model(config)]
     checks.extend(step() for step in steps)
     return checks

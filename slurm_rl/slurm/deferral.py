@@ -79,7 +79,8 @@ def write_config(conf_dir: Path, config: DeferralConfig) -> Path:
 def beat(heartbeat_path: Path, now: float | None = None) -> None:
     """Record that the daemon is alive: the file's content is the current Unix time."""
     stamp = int(time.time() if now is None else now)
-    heartbeat_path.parent.mkdir(parents=True, exist_ok=True)
+    # 0755 whatever the umask: the plugin refuses a heartbeat whose directory others may write
+    heartbeat_path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     write_atomic(heartbeat_path, f"{stamp}\n", WORLD_READABLE)
 
 
