@@ -133,6 +133,8 @@ class Answers:
         self.answers: dict[tuple[str, ...], str] = {
             ("squeue", "--json"): squeue, ("sinfo", "--json"): sinfo,
             ("sinfo", "--version"): version,
+            # what 22.05.8 prints when there is none (the source asks every cycle)
+            ("scontrol", "show", "reservation", "-o"): "No reservations in the system\n",
         }
 
     def __call__(self, argv: Sequence[str], timeout_s: float) -> CommandResult:

@@ -24,10 +24,13 @@ def main() -> None:
     parser.add_argument("--trace", default="philly")
     parser.add_argument("--cluster", default="philly-hetero")
     parser.add_argument("--policy", default="fifo+first-fit")
+    parser.add_argument("--days", type=float, default=None,
+                        help="replay only this many days of the trace [all of it]")
     args = parser.parse_args()
 
     started = time.perf_counter()
-    trace = open_workload(args.trace)
+    trace = open_workload(args.trace) if args.days is None else \
+        open_workload(args.trace, days=args.days)
     loaded = time.perf_counter()
     scenario = Scenario(load_cluster_spec(args.cluster), trace, SimConfig(mode=args.mode))
     result = replay(scenario, make_scheduler(args.policy, gpu_speed_table()), policy_id=args.policy)

@@ -44,11 +44,12 @@ class Recorder:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--window", default="2017-10-01:2017-10-15")
+    parser.add_argument("--days", type=float, default=7.0, help="measured days of the window")
     parser.add_argument("--policy", default="fifo+rwgp")
     args = parser.parse_args()
     scenario = build_scenario({
         "cluster": "philly-hetero", "trace_name": "philly", "window_spec": args.window,
-        "days": 7.0, "seed": 0, "trace_format": None, "skip_bad_rows": False,
+        "days": args.days, "seed": 0, "trace_format": None, "skip_bad_rows": False,
         "warmup_days": None, "mode": "slurm", "cycle_s": 10.0, "no_fluctuation": False,
     })
     sched = scheduler(args.policy)

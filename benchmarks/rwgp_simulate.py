@@ -98,6 +98,7 @@ def main() -> None:
     parser.add_argument("--cluster", default="philly-hetero")
     parser.add_argument("--trace", default="philly")
     parser.add_argument("--window", default="2017-10-01:2017-10-15")
+    parser.add_argument("--days", type=float, default=7.0, help="measured days of the window")
     parser.add_argument("--mode", choices=["direct", "slurm"], default="slurm")
     parser.add_argument("--cycle", type=float, default=10.0)
     parser.add_argument("--policies", default=",".join(BASELINES + VARIANTS))
@@ -115,7 +116,7 @@ def main() -> None:
     args = parser.parse_args()
     scenario = build_scenario({
         "cluster": args.cluster, "trace_name": args.trace, "window_spec": args.window,
-        "days": 7.0, "seed": args.seed, "trace_format": None, "skip_bad_rows": False,
+        "days": args.days, "seed": args.seed, "trace_format": None, "skip_bad_rows": False,
         "warmup_days": None, "mode": args.mode, "cycle_s": args.cycle, "no_fluctuation": False,
         "checkpointable": args.checkpointable,
     })
