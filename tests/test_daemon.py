@@ -287,7 +287,7 @@ def _recorded_snapshot() -> ClusterSnapshot:
 def test_the_guard_drops_placements_slurm_would_refuse(placement: Placement, why: str) -> None:
     snapshot = _recorded_snapshot()
     typed, untyped = ROLES["pending_prio"], ROLES["pending_unlimited"]  # a100:8; --gpus=4 -N2
-    good = Placement(("v100-02", "a100-03"), (2, 2))
+    good = Placement(("v100-02", "v100-03"), (2, 2))  # one GPU type (an untyped gang)
     decision = Decision("p", (typed, untyped), {typed: placement, untyped: good}, (2.0, 1.0))
     kept, refused = checked(decision, snapshot)
     assert refused == {typed: why}
@@ -315,6 +315,20 @@ def test_the_guard_knows_each_nodes_capacity() -> None:
     assert problem == "8 GPUs on v1, which has 4"
     assert placement_problem(Job("2", 0.0, 4, gpu_type="v100"), Placement(("v1",), (4,)),
                              cluster) is None
+
+
+def test_the_guard_keeps_an_untyped_gang_on_one_gpu_type() -> None:
+    """Issue 19 (3): rl+rl placed an untyped --gpus=2 job on a100-02,v100-01 and the guard
+    let it through."""
+    cluster = Cluster("c", (Node("a100-02", "a100", 8), Node("v100-01", "v100", 4)))
+    job = Job("9", 0.0, 2, num_nodes=2, gpus_per_node=1)
+    mixed = Placement(("a100-02", "v100-01"), (1, 1))
+    assert placement_problem(job, mixed, cluster) == (
+        "an untyped request on 2 GPU types (a100, v100); allow_mixed_gpu_types is off")
+    assert placement_problem(job, mixed, cluster, allow_mixed_gpu_types=True) is None
+    snapshot = ClusterSnapshot(0.0, cluster, {"a100-02": 8, "v100-01": 4}, (job,), (), ())
+    kept, refused = checked(Decision("p", ("9",), {"9": mixed}), snapshot)
+    assert dict(kept.placements) == {} and "2 GPU types" in refused["9"]
 
 
 def test_best_fit_places_a_typed_job_on_its_gpu_type(

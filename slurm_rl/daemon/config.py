@@ -78,6 +78,9 @@ class DaemonConfig(BaseModel):
     priority_floor: int = Field(default=1000, ge=1, le=MAX_PRIORITY_FLOOR)
     # Move running jobs that opted in (docs/daemon.md); off unless the admin turns it on.
     migrate: bool = False
+    # An untyped request (--gpus=2) may run as a gang of several GPU types, at the slowest
+    # one's pace; off: the guard keeps every placement on one type (issue 19).
+    allow_mixed_gpu_types: bool = False
     max_migrations_per_cycle: int = Field(default=2, ge=1, le=1000)
     slurm_timeout_s: float = Field(default=15.0, gt=0, le=HOUR)  # every squeue/sinfo/scontrol call
     slurm_conf: Path | None = None  # SLURM_CONF for the Slurm commands

@@ -3,8 +3,9 @@
 Slurm keeps a job whose ``ReqNodeList`` cannot satisfy its request pending for good
 (``Reason=BadConstraints``, priority 0), and the next cycle would pin it the same way again.
 So before the actuator sees a decision, each placement is checked against the job's own
-request: the nodes exist, they have the GPU type the job asked for and enough GPUs, and the
-shape (GPUs, node count, GPUs per node) is the job's. A placement that fails is dropped (the
+request: the nodes exist, they have the GPU type the job asked for and enough GPUs, the
+shape (GPUs, node count, GPUs per node) is the job's, and a request that names no GPU type
+stays on one type unless the admin allows mixing (``allow_mixed_gpu_types``). A placement that fails is dropped (the
 job is still released, and Slurm chooses its nodes) with one warning line per cycle; the
 store records the decision as applied, without those nodes. A move of a running job that
 fails is dropped too (the job keeps running where it is).
@@ -25,8 +26,11 @@ log = logging.getLogger("slurm_rl.daemon")
 SHOWN_REFUSALS = 5  # a log line names this many jobs, then counts the rest
 
 
-def placement_problem(job: Job, placement: Placement, cluster: Cluster) -> str | None:
-    """Why Slurm would refuse to run ``job`` on ``placement``, or None if it can."""
+def placement_problem(job: Job, placement: Placement, cluster: Cluster,
+                      allow_mixed_gpu_types: bool = False) -> str | None:
+    """Why ``job`` must not run on ``placement``, or None if it may: Slurm would refuse it,
+    or (unless ``allow_mixed_gpu_types``) a request that names no GPU type would run as a
+    gang of several types, at the pace of the slowest (Slurm itself allows that)."""
     missing = [n for n in placement.nodes if not cluster.has_node(n)]
     if missing:
         return f"unknown node {missing[0]}"
@@ -39,16 +43,23 @@ def placement_problem(job: Job, placement: Placement, cluster: Cluster) -> str |
             return f"{gpus} GPUs on {node.name}, which has {node.gpus}"
     if not placement_fits_shape(job, placement):
         return f"shape {placement.gpus} is not the job's ({job.num_gpus} GPUs)"
+    types = sorted({node.gpu_type.lower() for node in nodes})
+    if len(types) > 1 and not allow_mixed_gpu_types:
+        return (f"an untyped request on {len(types)} GPU types ({', '.join(types)}); "
+                "allow_mixed_gpu_types is off")
     return None
 
 
-def checked(decision: Decision, snapshot: ClusterSnapshot) -> tuple[Decision, dict[str, str]]:
-    """``decision`` without the placements and moves Slurm would refuse, and why each was
-    refused (a running job requeued onto such nodes would be stuck pending for good)."""
+def checked(decision: Decision, snapshot: ClusterSnapshot,
+            allow_mixed_gpu_types: bool = False) -> tuple[Decision, dict[str, str]]:
+    """``decision`` without the placements and moves :func:`placement_problem` refuses, and
+    why each was refused (a running job requeued onto such nodes would be stuck pending for
+    good)."""
     pending = {job.job_id: job for job in snapshot.pending}
     running = {run.job.job_id: run.job for run in snapshot.running}
-    refused = _problems(decision.placements, pending, snapshot.cluster)
-    moves_refused = _problems(decision.migrations, running, snapshot.cluster)
+    refused = _problems(decision.placements, pending, snapshot.cluster, allow_mixed_gpu_types)
+    moves_refused = _problems(decision.migrations, running, snapshot.cluster,
+                              allow_mixed_gpu_types)
     if not refused and not moves_refused:
         return decision, refused
     kept = {j: p for j, p in decision.placements.items() if j not in refused}
@@ -58,13 +69,15 @@ def checked(decision: Decision, snapshot: ClusterSnapshot) -> tuple[Decision, di
 
 
 def _problems(
-    requests: Mapping[str, Placement], jobs: Mapping[str, Job], cluster: Cluster
+    requests: Mapping[str, Placement], jobs: Mapping[str, Job], cluster: Cluster,
+    allow_mixed_gpu_types: bool,
 ) -> dict[str, str]:
     """Why each requested node set cannot hold its job (a job not in ``jobs`` is let be)."""
     found: dict[str, str] = {}
     for job_id, placement in requests.items():
         job = jobs.get(job_id)
-        problem = None if job is None else placement_problem(job, placement, cluster)
+        problem = None if job is None else \
+            placement_problem(job, placement, cluster, allow_mixed_gpu_types)
         if problem is not None:
             found[job_id] = problem
     return found
@@ -73,14 +86,17 @@ def _problems(
 class GuardedScheduler:
     """A :class:`~slurm_rl.loop.DecisionMaker` whose decisions pass :func:`checked`."""
 
-    def __init__(self, inner: DecisionMaker, *, explain: bool = True) -> None:
+    def __init__(self, inner: DecisionMaker, *, explain: bool = True,
+                 allow_mixed_gpu_types: bool = False) -> None:
         self.inner = inner
         self.explain = explain
+        self.allow_mixed_gpu_types = allow_mixed_gpu_types
         # Why each job of the last decision got its rank and nodes (slurm_rl.ops.reasons).
         self.explanations: dict[str, dict[str, Any]] = {}
 
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
-        decision, refused = checked(self.inner.decide(snapshot), snapshot)
+        decision, refused = checked(self.inner.decide(snapshot), snapshot,
+                                    self.allow_mixed_gpu_types)
         if refused:
             log.warning("policy %s placed %d jobs where Slurm cannot run them, released "
                         "without nodes: %s", decision.policy_id, len(refused), _listing(refused))
