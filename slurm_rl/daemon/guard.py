@@ -5,8 +5,9 @@ Slurm keeps a job whose ``ReqNodeList`` cannot satisfy its request pending for g
 So before the actuator sees a decision, each placement is checked against the job's own
 request: the nodes exist, they have the GPU type the job asked for and enough GPUs, the
 shape (GPUs, node count, GPUs per node) is the job's, and a request that names no GPU type
-stays on one type unless the admin allows mixing (``allow_mixed_gpu_types``). A placement that fails is dropped (the
-job is still released, and Slurm chooses its nodes) with one warning line per cycle; the
+stays on one type unless the admin allows mixing (``allow_mixed_gpu_types``). A placement
+that fails is dropped (the job is still released, and Slurm chooses its nodes) with one
+warning line per cycle; the
 store records the decision as applied, without those nodes. A move of a running job that
 fails is dropped too (the job keeps running where it is).
 """
