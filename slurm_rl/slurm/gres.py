@@ -78,10 +78,17 @@ def _type_or_none(text: str) -> str | None:
     return None if text in _EMPTY or not text else text
 
 
+MAX_GPU_COUNT = 1_000_000  # GPUs in one GRES entry: more than any node or job has
+
+
 def _count(text: str, entry: str) -> int:
-    if not text.strip().isdigit():
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit()):  # "²".isdigit() is true
         raise GresFormatError(f"GPU count {text!r} in {entry!r} is not a number")
-    return int(text)
+    if len(digits) > 7 or int(digits) > MAX_GPU_COUNT:
+        raise GresFormatError(f"GPU count {text!r} in {entry!r} is more than "
+                              f"{MAX_GPU_COUNT:,}")
+    return int(digits)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -45,14 +45,18 @@ def _top_level_parts(text: str) -> list[str]:
 
 
 def _range_size(item: str) -> int:
-    low, dash, high = item.partition("-")
+    low, dash, high = item.replace(" ", "").partition("-")  # ClusterShell allows "1 - 9"
     high, _, step = high.partition("/")
     if not dash:
         return 1
-    if not (low.isdigit() and high.isdigit()):
+    if not (_digits(low) and _digits(high)):
         return 1  # not a range ClusterShell reads: it says so itself
-    stride = int(step) if step.isdigit() and int(step) > 0 else 1
+    stride = int(step) if _digits(step) and int(step) > 0 else 1
     return max(0, math.floor((int(high) - int(low)) / stride) + 1)
+
+
+def _digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()  # "²".isdigit() is true, int("²") fails
 
 
 def expand(text: str) -> tuple[str, ...]:
@@ -66,5 +70,5 @@ def expand(text: str) -> tuple[str, ...]:
 def _expand(text: str) -> tuple[str, ...]:
     try:
         return tuple(NodeSet(text))
-    except NodeSetException as exc:
+    except (NodeSetException, ValueError) as exc:  # ValueError: digits ClusterShell cannot int()
         raise HostlistError(str(exc)) from None

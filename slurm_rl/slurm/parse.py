@@ -18,6 +18,7 @@ mistyped field we need, truncated JSON or a non-empty ``errors`` list raises
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -63,6 +64,8 @@ def load_document(text: str, source: str) -> JsonObject:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise where.error(f"invalid or truncated JSON at line {exc.lineno}: {exc.msg}") from exc
+    except RecursionError:  # thousands of nested brackets: no squeue writes that
+        raise where.error("JSON nested too deeply") from None
     if not isinstance(doc, dict):
         raise where.error(f"expected a JSON object, got {type(doc).__name__}")
     _raise_reported_errors(doc, where)
@@ -98,7 +101,8 @@ def parse_meta(doc: JsonObject, source: str) -> SlurmMeta:
 
 def _int_text(value: object, where: _Where, field: str) -> int:
     # 22.05 gives ints, 23.11+ strings such as "23".
-    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+    if isinstance(value, int) or (isinstance(value, str) and value.isascii()
+                                  and value.isdigit()):
         return int(value)
     raise where.error(f"version part {value!r} is not a number", field)
 
@@ -114,6 +118,8 @@ def _number(record: JsonObject, key: str, where: _Where) -> float | None:
     if isinstance(value, bool):
         raise where.error(f"expected a number, got {value!r}", key)
     if isinstance(value, int | float):
+        if not math.isfinite(value) or value < 0:  # Slurm's numbers here are unsigned
+            raise where.error(f"expected a finite number >= 0, got {value!r}", key)
         return None if value >= _NO_VAL_32 else float(value)
     if isinstance(value, dict) and "number" in value:
         if not value.get("set", True) or value.get("infinite", False):

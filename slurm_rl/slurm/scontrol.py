@@ -85,15 +85,25 @@ def hostlist(value: str, where: str, key: str) -> tuple[str, ...]:
 
 
 def _node_range(value: str) -> tuple[int | None, int | None]:
-    """``NumNodes=2-2`` / ``2`` / ``1-1`` -> (min, max); max None when open-ended."""
+    """``NumNodes=2-2`` / ``2`` / ``1-1`` -> (min, max); max None when open-ended; (None,
+    None) for a range that is none (min above max)."""
     low, _, high = value.partition("-")
-    lo = int(low) if low.isdigit() else None
-    hi = int(high) if high.isdigit() else (lo if not high else None)
+    lo = _int(low)
+    hi = _int(high) if high else lo
+    if lo is not None and hi is not None and lo > hi:
+        return None, None
     return lo, hi
 
 
+_MAX_INT = 2**32  # Slurm's counts and priorities here are 32-bit unsigned
+
+
 def _int(value: str) -> int | None:
-    return int(value) if value.lstrip("-").isdigit() else None
+    """A count or priority; None for anything else (negative, "²", beyond 32 bits)."""
+    if not (value.isascii() and value.isdigit()) or len(value) > 10:
+        return None
+    number = int(value)
+    return number if number < _MAX_INT else None
 
 
 @dataclass(frozen=True, slots=True)
