@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# Every character at which str.splitlines() breaks a line. A message quotes what the input
+# held (a header, a field, a node name), and one such character there would split the one
+# line an error is into two: it is shown escaped, as repr() shows it.
+_LINE_BREAKS = str.maketrans(
+    {char: repr(char)[1:-1] for char in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+)
+
 
 class SlurmRLError(Exception):
     """Base class: the CLI prints ``str(error)`` on one line and exits non-zero."""
@@ -35,7 +42,8 @@ class InputError(SlurmRLError):
             where = f"{where}:{self.line}" if where else f"line {self.line}"
         if self.column is not None:
             where = f"{where}: column '{self.column}'" if where else f"column '{self.column}'"
-        return f"{where}: {self.reason}" if where else self.reason
+        text = f"{where}: {self.reason}" if where else self.reason
+        return text.translate(_LINE_BREAKS)
 
 
 class UnknownNameError(SlurmRLError):

@@ -97,6 +97,8 @@ def can_ever_run(job: Job, sizes_by_type: dict[str | None, list[int]]) -> bool:
     sizes = sizes_by_type.get(job.gpu_type.lower() if job.gpu_type else None, [])
     if job.num_nodes is None and job.gpus_per_node is None:
         return sum(sizes) >= job.num_gpus
+    if (job.num_nodes or 0) > len(sizes) or job.num_gpus > sum(sizes):
+        return False  # and the shape of a job far larger than the cluster is never laid out
     shares = fixed_shape(job)
     return len(sizes) >= len(shares) and all(s >= g for s, g in zip(sizes, shares, strict=False))
 

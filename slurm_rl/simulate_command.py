@@ -34,9 +34,15 @@ class PolicyRun:
 
 
 DEFAULT_SYNTHETIC_WARMUP_DAYS = 3.0
+# Each replica replays every policy once more: 100 already puts the standard error of a mean
+# at a tenth of one replay's spread, and 1e25 (a typo click's IntRange lets through) built a
+# list of 1e25 scenarios until memory ran out.
+MAX_REPLICAS = 100
 
 
 def build_scenario(options: dict[str, Any]) -> Scenario:
+    if options["seed"] < 0:  # numpy's generators take none; the synthetic trace failed late
+        raise InputError(f"--seed must be 0 or more, got {options['seed']}")
     spec = load_cluster_spec(options["cluster"])
     if options.get("warmup_days") is None:
         synthetic = options["trace_name"] == "synthetic"
@@ -52,8 +58,27 @@ def build_scenario(options: dict[str, Any]) -> Scenario:
     )
     config = SimConfig(mode=options["mode"], cycle_s=options["cycle_s"], seed=options["seed"],
                        restart_overhead_s=options.get("restart_overhead_s") or 300.0)
-    return Scenario(spec=spec, trace=trace, sim=config, fluctuation=not options["no_fluctuation"],
-                    measure_from=measure_from, checkpointable=options.get("checkpointable") or 0.0)
+    scenario = Scenario(spec=spec, trace=trace, sim=config,
+                        fluctuation=not options["no_fluctuation"], measure_from=measure_from,
+                        checkpointable=options.get("checkpointable") or 0.0)
+    _check_something_to_measure(scenario)
+    return scenario
+
+
+def _check_something_to_measure(scenario: Scenario) -> None:
+    """A replay of jobs none of which fits the cluster measures nothing: say so before it
+    starts, not with a traceback from the metrics after it."""
+    jobs, _ = scenario.runnable_jobs()
+    start = scenario.measure_from
+    measured = [job for job in jobs if start is None or job.submit_time >= start]
+    if measured:
+        return
+    trace, cluster = scenario.trace, scenario.cluster.name
+    if not jobs:
+        raise InputError(f"no job of trace {trace.name!r} can ever fit cluster {cluster!r} "
+                         f"({len(trace.jobs)} jobs, none fits); nothing to replay")
+    raise InputError(f"no measured job of trace {trace.name!r} can ever fit cluster "
+                     f"{cluster!r} (only warm-up jobs fit); nothing to measure")
 
 
 def policy_names(text: str | None) -> list[str]:
@@ -70,6 +95,9 @@ def gpu_speed_table() -> dict[str, float]:
 
 
 def run_simulate(console: Console, **options: Any) -> list[ReplayResult]:
+    replicas = options.get("replicas") or 1
+    if replicas > MAX_REPLICAS:
+        raise InputError(f"--replicas must be at most {MAX_REPLICAS}, got {replicas}")
     scenario = build_scenario(options)
     names = policy_names(options["policies"])
     speeds = gpu_speed_table()
@@ -82,7 +110,6 @@ def run_simulate(console: Console, **options: Any) -> list[ReplayResult]:
         skipped = ", ".join(f"{n} {reason}" for reason, n in scenario.trace.skipped.items())
         console.print(f"skipped trace rows: {skipped}", highlight=False)
     runs = [PolicyRun(name, options["seed"], fee_weight) for name in names]
-    replicas = options.get("replicas") or 1
     if replicas > 1:
         return _simulate_replicas(console, scenario, runs, replicas, options)
     results = replay_all(scenario, runs, options["workers"], quiet=options["as_json"])

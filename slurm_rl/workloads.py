@@ -70,7 +70,11 @@ def open_measured_workload(
         trace = synthetic_philly(days=days + warmup_days, seed=seed)
         return trace, (trace.jobs[0].submit_time + warmup if warmup and trace.jobs else None)
     path = trace_path(name_or_path)
-    if not path.exists():
+    try:
+        missing = not path.exists()
+    except OSError:  # a name too long for the file system: opening it says so
+        missing = False
+    if missing:
         raise InputError("no such trace file", path=path)
     trace = load_trace(path, fmt, skip_bad_rows=skip_bad_rows)
     if not window_spec:

@@ -4,6 +4,7 @@ test_trace_errors.py; bundles: test_ordering_agent.py.)"""
 
 from __future__ import annotations
 
+import os
 import pickle
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 from slurm_rl.cli import main
 from slurm_rl.daemon.config import load_config
 from slurm_rl.errors import InputError, UnknownNameError
+from tests.timebox import time_limit
 
 HEADER = "job_id,submit_time,num_gpus,duration"
 
@@ -134,3 +136,67 @@ def test_jobs_that_never_fit_the_cluster_are_counted_in_the_title(tmp_path: Path
                        "--policies", "fifo+best-fit")
     assert code == 0
     assert "big on tiny: 1 jobs (1 more can never fit tiny and are left out)" in lines[0]
+
+
+@pytest.mark.parametrize("command", [["simulate", "--cluster", "tiny"], ["evaluate"]])
+def test_a_fifo_as_trace_is_one_line_not_a_hang(command: list[str], tmp_path: Path) -> None:
+    fifo = tmp_path / "trace.csv"
+    os.mkfifo(fifo)
+    with time_limit(60, f"slurm-rl {command[0]} --trace FIFO"):
+        code, lines = _run(*command, "--trace", str(fifo), "--report", str(tmp_path / "r"))
+    assert code == 2 and lines == [f"error: {fifo}: not a regular file (a FIFO)"]
+
+
+def test_a_fifo_as_cluster_spec_is_one_line_not_a_hang(tmp_path: Path) -> None:
+    fifo = tmp_path / "cluster.toml"
+    os.mkfifo(fifo)
+    with time_limit(60, "slurm-rl simulate --cluster FIFO"):
+        code, lines = _run("simulate", "--cluster", str(fifo))
+    assert code == 2 and lines == [f"error: {fifo}: not a regular file (a FIFO)"]
+
+
+def test_a_gpu_count_past_int64_is_one_line(tmp_path: Path) -> None:
+    """It reached the replay, which raised OverflowError making the job's node shape."""
+    trace = tmp_path / "big.csv"
+    trace.write_text(f"{HEADER}\n1,2017-10-01T00:00:00,1,100\n2,2017-10-01T00:00:10,1e30,100\n")
+    code, lines = _run("simulate", "--cluster", "tiny", "--workers", "1", "--trace", str(trace),
+                       "--policies", "fifo+best-fit")
+    assert code == 2 and lines == [f"error: {trace}:3: column 'num_gpus': GPU count 1e30 is more "
+                                   "than 1000000, the most GPUs a job may ask for"]
+
+
+def test_a_trace_no_job_of_which_fits_is_one_line(tmp_path: Path) -> None:
+    """Every job left out as never fitting: the replay measured nothing (ValueError)."""
+    trace = tmp_path / "big.csv"
+    trace.write_text(f"{HEADER}\n1,2017-10-01T00:00:00,999,100\n")
+    code, lines = _run("simulate", "--cluster", "tiny", "--workers", "1", "--trace", str(trace),
+                       "--policies", "fifo+best-fit")
+    assert code == 2 and lines == ["error: no job of trace 'big' can ever fit cluster 'tiny' "
+                                   "(1 jobs, none fits); nothing to replay"]
+
+
+def test_a_negative_seed_is_one_line() -> None:
+    """numpy's generators take no negative seed: the synthetic trace raised ValueError."""
+    code, lines = _run("simulate", "--cluster", "tiny", "--days", "0.01", "--seed", "-5")
+    assert code == 2 and lines == ["error: --seed must be 0 or more, got -5"]
+
+
+def test_replicas_are_bounded(tmp_path: Path) -> None:
+    """--replicas 1e25 built a list of 1e25 scenarios: MemoryError, or a hang."""
+    trace = tmp_path / "t.csv"
+    trace.write_text(f"{HEADER}\n1,0,1,100\n")
+    with time_limit(60, "slurm-rl simulate --replicas 1e25"):
+        code, lines = _run("simulate", "--cluster", "tiny", "--trace", str(trace),
+                           "--replicas", "9" * 25)
+    assert code == 2 and lines == [f"error: --replicas must be at most 100, got {'9' * 25}"]
+
+
+@pytest.mark.parametrize("option", ["--cluster", "--trace"])
+@pytest.mark.parametrize("suffix", ["", ".toml"])
+def test_a_name_too_long_for_the_file_system_is_one_line(option: str, suffix: str) -> None:
+    """Path.exists() and is_file() raise OSError (ENAMETOOLONG) instead of answering."""
+    name = "9" * 300 + suffix
+    code, lines = _run("simulate", "--cluster", "tiny", option, name)
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ")
+    assert ("unknown cluster spec" in lines[0] if option == "--cluster" and not suffix
+            else "File name too long" in lines[0]), lines[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from slurm_rl.errors import InputError, UnknownNameError
 from slurm_rl.paths import shared_traces_dir
 from slurm_rl.simulator.cluster_spec import ClusterSpec, list_cluster_specs, load_cluster_spec
 from slurm_rl.simulator.perfmodel import PerformanceModel
+from tests.timebox import time_limit
 
 GOOD_GROUP = """
 [[node_groups]]
@@ -184,3 +186,67 @@ def test_invalid_toml_names_the_line(tmp_path: Path) -> None:
 def test_a_missing_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such cluster spec file"):
         load_cluster_spec(tmp_path / "absent.toml")
+
+
+# ----- files and sizes that hung or exhausted memory ----------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["spec.toml", "spec"])
+def test_a_fifo_is_refused_not_waited_on(tmp_path: Path, name: str) -> None:
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    with time_limit(10, "reading a FIFO"):
+        message = _one_line_error(fifo)
+    assert message == f"{fifo}: not a regular file (a FIFO)"
+
+
+def test_a_directory_is_named_as_such(tmp_path: Path) -> None:
+    folder = tmp_path / "specs.toml"
+    folder.mkdir()
+    assert _one_line_error(folder) == f"{folder}: is a directory, not a cluster spec file"
+
+
+@pytest.mark.parametrize("count", ["100001", "100000000000", "9223372036854775807"])
+def test_node_counts_are_bounded(tmp_path: Path, count: str) -> None:
+    """A count of 1e11 built a list of 1e11 host-group names: MemoryError, after minutes."""
+    body = GOOD_GROUP.replace("count = 2", f"count = {count}") + "host_group_size = 1\n"
+    with time_limit(10, "loading the spec"):
+        message = _one_line_error(_write(tmp_path, _spec(body)))
+    assert "column 'node_groups[0].count'" in message and "less than or equal to 100000" in message
+
+
+def test_the_whole_cluster_is_bounded(tmp_path: Path) -> None:
+    group = GOOD_GROUP.replace("count = 2", "count = 60000")
+    body = group + group.replace('gpu_type = "V100"', 'gpu_type = "V100"\nprefix = "b"')
+    with time_limit(10, "loading the spec"):
+        message = _one_line_error(_write(tmp_path, _spec(body)))
+    assert "column 'node_groups'" in message
+    assert "120000 nodes in all; at most 100000 are accepted" in message
+
+
+def test_the_largest_cluster_accepted_loads(tmp_path: Path) -> None:
+    body = GOOD_GROUP.replace("count = 2", "count = 100000")
+    spec = load_cluster_spec(_write(tmp_path, _spec(body)))
+    assert len(spec.cluster.nodes) == 100000 and spec.cluster.nodes[-1].name == "v100-100000"
+
+
+@pytest.mark.parametrize("nested", ["a = " + "[" * 3000 + "]" * 3000,
+                                    "a = " + "{b = " * 3000 + "}" * 3000,
+                                    "a" + ".a" * 3000 + " = 1"])
+def test_deeply_nested_toml_is_one_line(tmp_path: Path, nested: str) -> None:
+    """tomllib recurses once per level: 3000 levels raised RecursionError (a traceback)."""
+    message = _one_line_error(_write(tmp_path, _spec() + nested + "\n"))
+    assert "not valid TOML" in message or "unknown key" in message
+
+
+def test_a_long_bad_value_is_cut_in_the_message(tmp_path: Path) -> None:
+    body = GOOD_GROUP.replace("count = 2", f'count = "{"9" * 100000}"')
+    message = _one_line_error(_write(tmp_path, _spec(body)))
+    assert "column 'node_groups[0].count'" in message and len(message) < 500
+
+
+def test_an_integer_of_5000_digits_is_one_line(tmp_path: Path) -> None:
+    """tomllib's int() refuses more than 4300 digits with a ValueError (a traceback)."""
+    body = GOOD_GROUP.replace("count = 2", f"count = {'9' * 5000}")
+    message = _one_line_error(_write(tmp_path, _spec(body)))
+    assert "not valid TOML" in message and "4300 digits" in message

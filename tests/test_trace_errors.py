@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import gzip
+import os
 from pathlib import Path
 
 import pytest
 
 from slurm_rl.errors import InputError
-from slurm_rl.traces import Trace, load_trace, parse_window, window
+from slurm_rl.traces import FORMATS, Trace, load_trace, parse_window, window
+from tests.timebox import time_limit
 
 PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster"
 GOOD_PHILLY_ROW = "2017-10-09 07:01:55,66.0,1,66.0,11cb48"
@@ -459,3 +461,104 @@ def test_helios_more_nodes_than_gpus(tmp_path: Path) -> None:
     row = "1,u,vc,2,1,4,COMPLETED,2020-06-09 18:41:01,2020-06-09 18:41:01,2020-06-09 18:42:01,60,0"
     path = write(tmp_path, "log.csv", HELIOS_HEADER, row)
     expect_error(path, 2, "node_num", "node count 4 is more than the job's 2 GPUs")
+
+
+def test_schema_more_nodes_than_gpus(tmp_path: Path) -> None:
+    """Without gpus_per_node, 3 nodes for 2 GPUs would leave a node with no GPU of the job."""
+    path = write(tmp_path, "t.csv", f"{SCHEMA_HEADER},num_nodes", "a,0,2,5,3")
+    expect_error(path, 2, "num_nodes", "node count 3 is more than the job's 2 GPUs")
+
+
+def test_schema_gpus_per_node_that_does_not_divide_the_gpus(tmp_path: Path) -> None:
+    """3 GPUs at 2 per node would be replayed as 2 nodes x 2 = 4 GPUs."""
+    path = write(tmp_path, "t.csv", f"{SCHEMA_HEADER},gpus_per_node", "a,0,3,5,2")
+    expect_error(path, 2, "gpus_per_node", "2 GPUs per node do not divide the job's 3 GPUs")
+
+
+# --- files that are not regular files, and counts no cluster has --------------------------------
+
+
+@pytest.mark.parametrize("fmt", [None, *FORMATS])
+def test_a_fifo_is_refused_not_waited_on(tmp_path: Path, fmt: str | None) -> None:
+    """open() of a FIFO blocks until a writer comes: the trace reader would hang for ever."""
+    fifo = tmp_path / "trace.csv"
+    os.mkfifo(fifo)
+    with time_limit(10, "reading a FIFO"):
+        expect_error(fifo, None, None, "not a regular file (a FIFO)", fmt)
+
+
+def test_a_character_device_is_refused(tmp_path: Path) -> None:
+    """/dev/zero never ends and has no line break: one endless line, read into memory."""
+    with time_limit(10, "reading /dev/zero"):
+        expect_error(Path("/dev/zero"), None, None, "not a regular file (a character device)")
+
+
+HUGE_COUNTS = ["1e30", "99999999999999999999999", "9223372036854775808", "1000001"]
+
+
+@pytest.mark.parametrize("count", HUGE_COUNTS)
+def test_gpu_counts_beyond_any_cluster(tmp_path: Path, count: str) -> None:
+    """A GPU count of 1e30 (or past int64) reached the replay, which overflowed or ran out of
+    memory making the job's node shape; it is refused on its line."""
+    reason = "is more than 1000000, the most GPUs a job may ask for"
+    expect_error(philly(tmp_path, f"2017-10-09 07:01:55,5,{count},5,c"), 3, "num_gpus", reason)
+    expect_error(write(tmp_path, "t.csv", SCHEMA_HEADER, f"a,0,{count},5"), 2, "num_gpus", reason)
+    row = f"1,u,vc,{count},1,1,COMPLETED,2020-06-09 18:41:01,,,60,0"
+    expect_error(write(tmp_path, "log.csv", HELIOS_HEADER, row), 2, "gpu_num", reason)
+    venus = f"1,u,vcA,finetune,0,{count},,1,60,60,COMPLETED"
+    expect_error(write(tmp_path, "slice.csv", VENUS_HEADER, venus), 2, "num_chips", reason)
+    pai = write(tmp_path, "pods.csv", "name,num_gpu,creation_time,deletion_time,scheduled_time",
+                f"p1,{count},0,10,5")
+    expect_error(pai, 2, "num_gpu", reason)
+    swf = write(tmp_path, "log.swf", SWF_ROW.replace(" 4 ", f" {count} ", 1))
+    expect_error(swf, 1, "allocated_processors", reason)
+
+
+@pytest.mark.parametrize("count", HUGE_COUNTS)
+def test_node_counts_beyond_any_cluster(tmp_path: Path, count: str) -> None:
+    header = f"{SCHEMA_HEADER},num_nodes,gpus_per_node"
+    path = write(tmp_path, "t.csv", header, f"a,0,8,5,{count},")
+    expect_error(path, 2, "num_nodes", "is more than")
+    path = write(tmp_path, "t.csv", header, f"a,0,8,5,,{count}")
+    expect_error(path, 2, "gpus_per_node", "is more than")
+
+
+def test_skip_bad_rows_counts_huge_gpu_counts(tmp_path: Path) -> None:
+    trace = load_trace(philly(tmp_path, "2017-10-09 07:01:55,5,1e30,5,c"), skip_bad_rows=True)
+    assert len(trace) == 1 and dict(trace.skipped) == {"GPU count too large": 1}
+
+
+@pytest.mark.parametrize("limit", ["1e30", "inf", "nan", "4e8"])
+def test_time_limits_are_bounded_like_durations(tmp_path: Path, limit: str) -> None:
+    path = write(tmp_path, "t.csv", f"{SCHEMA_HEADER},time_limit", f"a,0,1,5,{limit}")
+    expect_error(path, 2, "time_limit", "time limit")
+    fields = SWF_ROW.split()
+    fields[8] = limit  # requested_time
+    swf = write(tmp_path, "log.swf", " ".join(fields))
+    expect_error(swf, 1, "requested_time", "requested time")
+
+
+def test_absolute_times_past_2100_are_refused(tmp_path: Path) -> None:
+    """An offset within the bound still lands past 2100 when added to the trace's start."""
+    venus = write(tmp_path, "slice.csv", VENUS_HEADER,
+                  "1,u,vcA,finetune,4000000000000000,16,,2,60,60,COMPLETED")
+    expect_error(venus, 2, "submit_time", "timestamp '4000000000000000' is 5.59892e+09 s")
+    swf = write(tmp_path, "log.swf", "; UnixStartTime: 4000000000",
+                SWF_ROW.replace(" 0 ", " 4000000000 ", 1))
+    expect_error(swf, 2, "submit_time", "timestamp '4000000000' is 8e+09 s from its origin")
+
+
+def test_detecting_the_format_of_a_header_with_a_carriage_return(tmp_path: Path) -> None:
+    """csv.reader raised csv.Error (a traceback) on a stray CR in the first line."""
+    path = tmp_path / "p.csv"
+    path.write_bytes(f"\r,{PHILLY_HEADER[10:]}\n{GOOD_PHILLY_ROW}\n".encode())
+    expect_error(path, 1, None, "malformed CSV")
+
+
+def test_a_line_break_character_in_a_quoted_value_is_shown_escaped(tmp_path: Path) -> None:
+    """str.splitlines() also breaks at \\x1e, \\x85, \\u2028...: the header quoted in the
+    message made the one-line error two lines."""
+    path = write(tmp_path, "p.csv", PHILLY_HEADER.replace("timestamp", "0\x1e0\u2028"),
+                 GOOD_PHILLY_ROW)
+    error = expect_error(path, 1, "timestamp", "missing column 'timestamp'", "philly")
+    assert len(str(error).splitlines()) == 1 and "0\\x1e0" in str(error)

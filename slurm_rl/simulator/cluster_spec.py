@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from slurm_rl.core import MAX_PRICE_PER_GPU_HOUR, Cluster, FrozenDict, Node
 from slurm_rl.errors import InputError, UnknownNameError
+from slurm_rl.input_files import open_regular
 from slurm_rl.paths import shipped
 from slurm_rl.simulator.fluctuation import FluctuationConfig
 from slurm_rl.simulator.perfmodel import PerformanceModel
@@ -50,6 +52,14 @@ _NODE_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 _GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _TOML_LINE = re.compile(r"at line (\d+)")
 _DEFAULTS = FluctuationConfig()
+# The largest GPU clusters built have some 100,000 GPUs on 12,000-25,000 nodes; 100,000 nodes
+# is several times that, per node group and in all. Unbounded, a typo of 1e11 nodes made the
+# spec build a list of 1e11 host-group names (MemoryError, after minutes), and a replay keeps
+# per-node state and scans the nodes every decision, so even 1e7 would not finish.
+MAX_NODES = 100_000
+# Bad values are quoted in messages; a 100 kB string or a deep list is cut short.
+_QUOTE = reprlib.Repr()
+_QUOTE.maxstring = _QUOTE.maxother = 80
 
 
 class _Strict(BaseModel):
@@ -58,7 +68,7 @@ class _Strict(BaseModel):
 
 class _NodeGroup(_Strict):
     gpu_type: str = Field(min_length=1)
-    count: int = Field(ge=1)
+    count: int = Field(ge=1, le=MAX_NODES)
     gpus_per_node: int = Field(ge=1, le=64)
     # Generous for any currency or internal unit, far below where fees overflow to inf.
     price_per_gpu_hour: float = Field(ge=0, le=MAX_PRICE_PER_GPU_HOUR, allow_inf_nan=False)
@@ -132,11 +142,19 @@ def spec_path(name_or_path: str | Path) -> Path:
     text = str(name_or_path)
     if isinstance(name_or_path, Path) or text.endswith(".toml") or "/" in text:
         path = Path(text)
-        if not path.is_file():
+        try:
+            missing = not path.exists()
+        except OSError:  # a name too long for the file system: opening it says so
+            missing = False
+        if missing:  # a FIFO or a directory is named as such when it is opened
             raise InputError("no such cluster spec file", path=path)
         return path
     path = SPEC_DIR / f"{text}.toml"
-    if not path.is_file():
+    try:
+        known = path.is_file()
+    except OSError:  # a name too long for the file system is no spec's
+        known = False
+    if not known:
         raise UnknownNameError("cluster spec", text, list_cluster_specs())
     return path
 
@@ -156,16 +174,21 @@ def load_cluster_spec(
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        with path.open("rb") as handle:
+        with open_regular(path, "cluster spec file") as handle:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as error:
         found = _TOML_LINE.search(str(error))
         line = int(found.group(1)) if found else None
         raise InputError(f"not valid TOML: {error}", path=path, line=line) from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays and tables
+        raise InputError("not valid TOML: arrays or tables nested too deeply",
+                         path=path) from None
     except OSError as error:
         raise InputError(f"cannot read: {error.strerror}", path=path) from None
     except UnicodeDecodeError as error:
         raise InputError(f"not UTF-8 text (byte {error.start})", path=path) from None
+    except ValueError as error:  # an integer of more than 4300 digits, which int() refuses
+        raise InputError(f"not valid TOML: {error}", path=path) from None
 
 
 def _input_error(error: ValidationError, path: Path) -> InputError:
@@ -183,7 +206,7 @@ def _reason(error: Mapping[str, Any], loc: tuple[Any, ...]) -> str:
         return f"unknown key (allowed here: {allowed})"
     if error["type"] == "missing":
         return "missing required key"
-    return f"{error['msg']} (got {error.get('input')!r})"
+    return f"{error['msg']} (got {_QUOTE.repr(error.get('input'))})"
 
 
 def _dotted(loc: tuple[Any, ...]) -> str:
@@ -200,6 +223,10 @@ def _build(spec: _Spec, path: Path, perf: PerformanceModel) -> ClusterSpec:
     speed_like: dict[str, str] = {}
     sources: dict[str, str] = {}
     prefixes: set[str] = set()
+    total = sum(group.count for group in spec.node_groups)
+    if total > MAX_NODES:
+        raise InputError(f"{total} nodes in all; at most {MAX_NODES} are accepted", path=path,
+                         column="node_groups")
     rack_names = _RackNamer(spec.node_groups)
     nodes: list[Node] = []
     for index, group in enumerate(spec.node_groups):

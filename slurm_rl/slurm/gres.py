@@ -66,8 +66,8 @@ def _parse_gpu_entry(entry: str) -> GpuCount | None:
     parts = rest.split(":") if rest else []
     if not parts:
         return GpuCount(None, 1)
-    if parts[-1].isdigit():
-        return GpuCount(_type_or_none(":".join(parts[:-1])), int(parts[-1]))
+    if parts[-1].isdigit():  # "²" too: _count refuses it, and bounds the count
+        return GpuCount(_type_or_none(":".join(parts[:-1])), _count(parts[-1], entry))
     if len(parts) == 1:
         # ``gpu:a100`` asks for one GPU of that type.
         return GpuCount(_type_or_none(parts[0]), 1)

@@ -17,16 +17,18 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import closing
 from datetime import datetime
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO, NamedTuple, cast
 
 from slurm_rl.core import Job
 from slurm_rl.errors import InputError
+from slurm_rl.input_files import open_regular
 from slurm_rl.traces.families import KNOWN_GPU_TYPES, canonical_gpu_type
 from slurm_rl.traces.model import (
     EARLIEST_WALL_CLOCK,
     LATEST_WALL_CLOCK,
     MAX_CLOCK_SECONDS,
     MAX_DURATION_SECONDS,
+    MAX_JOB_GPUS,
     Trace,
     in_clock_range,
     naive_to_clock,
@@ -66,18 +68,34 @@ class SkipRow(Exception):
 
 
 def _open_binary(path: Path) -> BinaryIO:
+    """The file's bytes, uncompressed when it starts with the gzip magic bytes.
+
+    Closing the result closes the file too (a GzipFile given a file object does not).
+    """
+    handle = open_regular(path, "trace file")
     try:
-        with open(path, "rb") as probe:
-            compressed = probe.read(2) == _GZIP_MAGIC
-        if compressed:
-            return gzip.open(path, "rb")  # type: ignore[return-value]
-        return open(path, "rb")
-    except FileNotFoundError:
-        raise InputError("no such file", path=path) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, not a trace file", path=path) from None
+        compressed = handle.read(2) == _GZIP_MAGIC
+        handle.seek(0)
     except OSError as error:
-        raise InputError(f"cannot open: {error.strerror or error}", path=path) from None
+        handle.close()
+        raise InputError(f"cannot read: {error.strerror or error}", path=path) from None
+    if not compressed:
+        return handle
+    return cast(BinaryIO, _OwningGzipFile(handle))  # GzipFile reads bytes like any BinaryIO
+
+
+class _OwningGzipFile(gzip.GzipFile):
+    """A GzipFile that closes the file it reads from when it is closed."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        super().__init__(fileobj=raw, mode="rb")
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
 
 
 class NumberedLines:
@@ -313,14 +331,14 @@ def parse_duration(text: str, column: str) -> float:
     return bounded_duration(value, column)
 
 
-def bounded_duration(seconds: float, column: str) -> float:
+def bounded_duration(seconds: float, column: str, what: str = "duration") -> float:
     """``seconds``, unless it is longer than any job runs (see MAX_DURATION_SECONDS)."""
     if seconds > MAX_DURATION_SECONDS:
         message = (
-            f"duration {seconds:g} s is longer than {MAX_DURATION_SECONDS:.0f} s (10 years), "
+            f"{what} {seconds:g} s is longer than {MAX_DURATION_SECONDS:.0f} s (10 years), "
             "the most accepted"
         )
-        raise RowError("duration too long", message, column)
+        raise RowError(f"{what} too long", message, column)
     return seconds
 
 
@@ -337,10 +355,21 @@ def parse_count(text: str, column: str, what: str) -> int:
 
 
 def parse_gpu_count(text: str, column: str) -> int:
-    """A GPU count of a GPU job: a whole number >= 1."""
+    """A GPU count of a GPU job: a whole number from 1 to :data:`MAX_JOB_GPUS`."""
     count = parse_count(text, column, "GPU count")
     if count <= 0:
         raise RowError("GPU count <= 0", f"GPU count must be at least 1, got {text}", column)
+    return bounded_gpus(count, text, column)
+
+
+def bounded_gpus(count: int, text: str, column: str) -> int:
+    """``count`` (read from ``text``), unless more GPUs than any job asks for."""
+    if count > MAX_JOB_GPUS:
+        message = (
+            f"GPU count {text.strip()} is more than {MAX_JOB_GPUS}, the most GPUs a job may "
+            "ask for"
+        )
+        raise RowError("GPU count too large", message, column)
     return count
 
 

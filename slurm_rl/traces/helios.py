@@ -25,6 +25,8 @@ from slurm_rl.traces._rows import (
     RowError,
     SkipRow,
     bounded_duration,
+    bounded_gpus,
+    bounded_seconds,
     collect_rows,
     parse_clock_time,
     parse_count,
@@ -103,12 +105,13 @@ def _helios_job(columns: dict[str, int], fields: list[str], line: int) -> Job:
 
 def _venus_slice_job(columns: dict[str, int], fields: list[str], line: int) -> Job:
     gpus = _gpus_or_skip(fields[columns["num_chips"]], "num_chips")
-    offset = parse_seconds(fields[columns["submit_time"]], "submit_time", per_second=1e6)
+    text = fields[columns["submit_time"]]
+    offset = parse_seconds(text, "submit_time", per_second=1e6)
     nodes = parse_positive_count(fields[columns["num_nodes"]], "num_nodes", "node count")
     _check_nodes(gpus, nodes, "num_nodes")
     return trace_job(
         job_id=_job_id(fields[columns["job_id"]]),
-        submit_time=VENUS_SLICE_EPOCH + offset,
+        submit_time=bounded_seconds(VENUS_SLICE_EPOCH + offset, text, "submit_time"),
         num_gpus=gpus,
         duration=parse_duration(fields[columns["duration_s"]], "duration_s"),
         user=fields[columns["user"]],
@@ -125,7 +128,7 @@ def _gpus_or_skip(text: str, column: str) -> int:
         raise SkipRow(_NO_GPU)
     if gpus < 0:
         raise RowError("GPU count <= 0", f"GPU count must not be negative, got {text}", column)
-    return gpus
+    return bounded_gpus(gpus, text, column)
 
 
 def _job_id(text: str) -> str:

@@ -85,7 +85,11 @@ def _format_of(first_line: str) -> str | None:
     """
     if first_line.startswith(";") or _looks_like_swf_row(first_line):
         return "swf"
-    header = {name.strip().lstrip("\ufeff") for name in next(csv.reader([first_line]))}
+    try:
+        names = next(csv.reader([first_line]))
+    except csv.Error:  # a stray carriage return: the reader names the malformed line
+        names = first_line.split(",")
+    header = {name.strip().lstrip("\ufeff") for name in names}
     shares = [
         (len(header.intersection(columns)) / len(columns), fmt) for fmt, columns in _SIGNATURES
     ]

@@ -32,6 +32,11 @@ LATEST_WALL_CLOCK = datetime(2100, 1, 1)
 # negative; either way no trace spans more than the 130 years from 1970 to 2100.
 MAX_CLOCK_SECONDS = (LATEST_WALL_CLOCK - _EPOCH).total_seconds()
 MAX_DURATION_SECONDS = 10 * 365 * _DAY  # 10 years; Slurm sites cap jobs at days or weeks
+# The largest GPU clusters built hold some 100,000 GPUs; a job of more than ten times that is
+# corrupt data. Unbounded, a count of 1e30 (or past int64) reached the replay, which overflowed
+# or ran out of memory laying the job out over nodes. Node counts and GPUs per node are bounded
+# by it too: a job has no more nodes, and no more GPUs on one node, than GPUs.
+MAX_JOB_GPUS = 1_000_000
 # Real UTC offsets lie between -12 h and +14 h; a shift of more than a day is not a time zone.
 MAX_UTC_OFFSET_SECONDS = _DAY
 

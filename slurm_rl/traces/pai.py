@@ -24,6 +24,7 @@ from slurm_rl.traces._rows import (
     RowError,
     SkipRow,
     bounded_duration,
+    bounded_gpus,
     collect_rows,
     parse_count,
     parse_gpu_type,
@@ -55,11 +56,13 @@ def read_pai2023(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
 
 
 def _pai_job(columns: dict[str, int], fields: list[str], line: int) -> Job:
-    gpus = parse_count(fields[columns["num_gpu"]], "num_gpu", "GPU count")
+    gpus_text = fields[columns["num_gpu"]]
+    gpus = parse_count(gpus_text, "num_gpu", "GPU count")
     if gpus == 0:
         raise SkipRow("no GPU")
     if gpus < 0:
         raise RowError("GPU count <= 0", f"GPU count must not be negative, got {gpus}", "num_gpu")
+    bounded_gpus(gpus, gpus_text, "num_gpu")
     scheduled = fields[columns["scheduled_time"]]
     if not scheduled.strip():
         raise SkipRow("never scheduled")

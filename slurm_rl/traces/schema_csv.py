@@ -20,6 +20,7 @@ from slurm_rl.traces._rows import (
     Comment,
     CsvTable,
     RowError,
+    bounded_duration,
     collect_rows,
     parse_duration,
     parse_gpu_count,
@@ -121,14 +122,25 @@ def _schema_job(columns: dict[str, int], fields: list[str], line: int) -> Job:
 
 
 def _shape(num_gpus: int, nodes_text: str, per_node_text: str) -> tuple[int | None, int | None]:
+    """The node shape the row fixes, if any: every node holds GPUs of the job, all nodes
+    alike when ``gpus_per_node`` is given."""
     nodes = parse_positive_count(nodes_text, "num_nodes", "node count") if nodes_text else None
     per_node = (
         parse_positive_count(per_node_text, "gpus_per_node", "GPUs per node")
         if per_node_text
         else None
     )
+    if nodes is not None and nodes > num_gpus:
+        message = f"node count {nodes_text} is more than the job's {num_gpus} GPUs"
+        raise RowError("inconsistent shape", message, "num_nodes")
+    if per_node is not None and per_node > num_gpus:
+        message = f"GPUs per node {per_node_text} is more than the job's {num_gpus} GPUs"
+        raise RowError("inconsistent shape", message, "gpus_per_node")
     if nodes is not None and per_node is not None and nodes * per_node != num_gpus:
         message = f"num_nodes x gpus_per_node = {nodes * per_node}, but num_gpus = {num_gpus}"
+        raise RowError("inconsistent shape", message, "gpus_per_node")
+    if per_node is not None and num_gpus % per_node:
+        message = f"{per_node} GPUs per node do not divide the job's {num_gpus} GPUs"
         raise RowError("inconsistent shape", message, "gpus_per_node")
     return nodes, per_node
 
@@ -139,7 +151,7 @@ def _time_limit(text: str) -> float | None:
     value = parse_number(text, "time_limit", "time limit")
     if value <= 0:
         raise RowError("time limit <= 0", f"time limit must be positive, got {text}", "time_limit")
-    return value
+    return bounded_duration(value, "time_limit", "time limit")
 
 
 def _model_family(text: str) -> str:

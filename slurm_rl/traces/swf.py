@@ -29,6 +29,8 @@ from slurm_rl.traces._rows import (
     NumberedLines,
     RowError,
     TraceBuilder,
+    bounded_duration,
+    bounded_gpus,
     bounded_seconds,
     check_width,
     content_lines,
@@ -183,13 +185,18 @@ def _swf_job(fields: list[str], clock: Clock) -> Job:
     job_number = parse_count(fields[_FIELD["job_number"]], "job_number", "job number")
     return trace_job(
         job_id=f"swf-{job_number}",
-        submit_time=clock(_submit_offset(fields[_FIELD["submit_time"]])),
+        submit_time=_submit_time(fields[_FIELD["submit_time"]], clock),
         num_gpus=_processors(fields),
         duration=_run_time(fields[_FIELD["run_time"]]),
         user=_known_id(fields[_FIELD["user_id"]], "user_id", "u"),
         partition=_known_id(fields[_FIELD["partition"]], "partition", ""),
         time_limit=_requested_time(fields[_FIELD["requested_time"]]),
     )
+
+
+def _submit_time(text: str, clock: Clock) -> float:
+    """The local wall-clock time of a submit offset, within the trace clock's range too."""
+    return bounded_seconds(clock(_submit_offset(text)), text, "submit_time")
 
 
 def _submit_offset(text: str) -> float:
@@ -211,20 +218,22 @@ def _run_time(text: str) -> float:
 
 def _processors(fields: list[str]) -> int:
     column = "allocated_processors"
-    count = parse_count(fields[_FIELD[column]], column, "GPU count")
+    text = fields[_FIELD[column]]
+    count = parse_count(text, column, "GPU count")
     if count == -1:
         column = "requested_processors"
-        count = parse_count(fields[_FIELD[column]], column, "GPU count")
+        text = fields[_FIELD[column]]
+        count = parse_count(text, column, "GPU count")
     if count == -1:
         raise RowError("unknown GPU count", "processor count is unknown (-1)", column)
     if count <= 0:
         raise RowError("GPU count <= 0", f"processor count must be at least 1, got {count}", column)
-    return count
+    return bounded_gpus(count, text, column)
 
 
 def _requested_time(text: str) -> float | None:
     value = parse_number(text, "requested_time", "requested time")
-    return value if value > 0 else None
+    return bounded_duration(value, "requested_time", "requested time") if value > 0 else None
 
 
 def _known_id(text: str, column: str, prefix: str) -> str:
