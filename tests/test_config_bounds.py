@@ -42,3 +42,21 @@ def test_a_value_that_would_break_later_is_one_line(
     assert text.startswith(f"{path}: [daemon] {key}") and expected in text, text
     assert "\n" not in text
 
+
+
+def test_a_fifo_or_deep_nesting_as_the_config_is_one_line(tmp_path: Path) -> None:
+    """Issue 18 (11): a FIFO given as --config hung; deeply nested TOML raised RecursionError."""
+    import os
+
+    fifo = tmp_path / "site.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="not a regular file \\(a FIFO\\)"):
+        load_config(fifo)
+    deep = tmp_path / "deep.toml"
+    deep.write_text("[daemon]\nx = " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(InputError, match="nested too deeply"):
+        load_config(deep)
+    huge = tmp_path / "huge.toml"
+    huge.write_text("[daemon]\nseed = " + "9" * 5000 + "\n")
+    with pytest.raises(InputError, match="not valid TOML"):
+        load_config(huge)

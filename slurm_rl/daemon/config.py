@@ -32,6 +32,7 @@ from pydantic import (
 
 from slurm_rl.core import MAX_PRICE_PER_GPU_HOUR
 from slurm_rl.errors import InputError, SlurmRLError
+from slurm_rl.input_files import open_regular
 from slurm_rl.slurm.deferral import DeferralConfig
 
 ModeName = Literal["shadow", "advise", "enforce"]
@@ -234,7 +235,7 @@ class DaemonConfig(BaseModel):
 
 def _read_section(path: Path) -> dict[str, Any]:
     try:
-        with path.open("rb") as handle:
+        with open_regular(path, "config file") as handle:  # a FIFO would hang the daemon
             document = tomllib.load(handle)
     except OSError as exc:
         raise InputError(f"cannot read the config: {exc.strerror}", path=path) from exc
@@ -242,6 +243,11 @@ def _read_section(path: Path) -> dict[str, Any]:
         raise InputError(f"not valid TOML: {exc}", path=path) from exc
     except UnicodeDecodeError as exc:
         raise InputError(f"not UTF-8 text (byte {exc.start})", path=path) from None
+    except RecursionError:  # tomllib recurses once per level of nesting
+        raise InputError("not valid TOML: arrays or tables nested too deeply",
+                         path=path) from None
+    except ValueError as exc:  # an integer of more than 4300 digits, which int() refuses
+        raise InputError(f"not valid TOML: {exc}", path=path) from None
     return _daemon_table(document, path)
 
 
