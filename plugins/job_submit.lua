@@ -65,7 +65,9 @@ local STAT = "/usr/bin/stat"
 local MAX_CONF_BYTES = 8192
 local MAX_BEAT_BYTES = 256
 local MAX_PATH_BYTES = 1024
-local STAT_TTL_S = 30  -- how long one stat run's answer serves (see the header)
+local STAT_TTL_S = 30  -- how long one stat run's answer serves (see the header); the
+                       -- config's path_check_every overrides it (0: every submission)
+local stat_ttl = STAT_TTL_S
 
 local defaults = {
    heartbeat_path = "/run/slurm-rl/heartbeat",
@@ -73,6 +75,7 @@ local defaults = {
    window = "10",
    partitions = "*",
    gpu_only = "yes",
+   path_check_every = "30",  -- STAT_TTL_S
 }
 
 -- The directory this script was loaded from (slurmctld loads it next to slurm.conf).
@@ -156,7 +159,7 @@ local stat_cache, cached_sets = {}, 0
 local function lstat_cached(paths, now)
    local key = table.concat(paths, "\n")
    local hit = stat_cache[key]
-   if hit ~= nil and now - hit.at >= 0 and now - hit.at < STAT_TTL_S then return hit.stats end
+   if hit ~= nil and now - hit.at >= 0 and now - hit.at < stat_ttl then return hit.stats end
    local stats = lstat_all(paths)
    if stats == nil then return nil end
    if hit == nil then
@@ -369,6 +372,7 @@ local function decide(job_desc, part_list)
       return complain("config " .. conf_path .. ": " .. why)
    end
 
+   stat_ttl = math.max(0, tonumber(conf.path_check_every) or STAT_TTL_S)
    if not is_managed(conf, job_desc, part_list) then return end
    if conf.gpu_only ~= "no" and not asks_for_gpus(job_desc) then return end
    -- A job with its own future --begin is the user's to time: never tag or move it.

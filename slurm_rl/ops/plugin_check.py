@@ -152,6 +152,10 @@ def _written_by_daemon(plugin_conf_dir: Path, conf_dir: Path) -> tuple[bool, str
     return True, f"the daemon writes {conf_dir / deferral.CONF_NAME}"
 
 
+# Settings of the plugin's own that the daemon does not depend on.
+_PLUGIN_ONLY = frozenset({"path_check_every"})
+
+
 def _agrees(config: DaemonConfig, path: Path) -> tuple[bool, str]:
     wanted = deferral.parse_config(config.deferral.render())
     try:
@@ -159,7 +163,7 @@ def _agrees(config: DaemonConfig, path: Path) -> tuple[bool, str]:
     except (OSError, UnicodeDecodeError) as exc:
         return False, f"cannot read {path}: {exc}; fix: make it readable text (key = value)"
     differ = [f"{key} {found.get(key)} (daemon: {value})" for key, value in wanted.items()
-              if not _same(key, found.get(key), value)]
+              if key not in _PLUGIN_ONLY and not _same(key, found.get(key), value)]
     source = str(path) if path.is_file() else f"the plugin's defaults (no {path})"
     if not differ:
         return True, f"{source} agrees with the daemon (heartbeat {config.heartbeat})"

@@ -34,6 +34,9 @@ class DeferralConfig:
     window_s: int = 10
     partitions: tuple[str, ...] = ()  # empty = every partition
     gpu_only: bool = True
+    # how long one check of the two files' paths serves (the plugin forks coreutils' stat for
+    # it inside slurmctld); 0: every submission (the dev cluster, whose tests swap the files)
+    path_check_every_s: int = 30
 
     def render(self) -> str:
         partitions = ",".join(self.partitions) if self.partitions else "*"
@@ -44,12 +47,14 @@ class DeferralConfig:
             f"window = {self.window_s}\n"
             f"partitions = {partitions}\n"
             f"gpu_only = {'yes' if self.gpu_only else 'no'}\n"
+            f"path_check_every = {self.path_check_every_s}\n"
         )
 
 
 # What job_submit.lua uses for a key its config file lacks (its ``defaults`` table).
 PLUGIN_DEFAULTS = {"heartbeat_path": "/run/slurm-rl/heartbeat", "heartbeat_max_age": "30",
-                   "window": "10", "partitions": "*", "gpu_only": "yes"}
+                   "window": "10", "partitions": "*", "gpu_only": "yes",
+                   "path_check_every": "30"}
 
 
 def parse_config(text: str) -> dict[str, str]:
