@@ -40,9 +40,12 @@ def _daemon(cluster: DevCluster, live: LiveCluster, state: Path) -> Daemon:
 def test_sacct_outcomes_are_squeues(operator_cluster: tuple[DevCluster, LiveCluster],  # noqa: F811
                                     tmp_path: Path) -> None:
     cluster, live = operator_cluster
+    # The daemon is up before the jobs come, as in production: built after them, its start
+    # (a fresh store's migrations) could outlast the plugin's window on a loaded machine, and
+    # Slurm then started the jobs itself, a second off what sacct records.
+    daemon = _daemon(cluster, live, tmp_path)
     jobs = {"ok": live.sbatch("alice", "--gres=gpu:a100:2", "-t", "10", script="sleep 1"),
             "exit3": live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", script="exit 3")}
-    daemon = _daemon(cluster, live, tmp_path)
     try:
         assert daemon.run_once().ok  # decides (places) both
         stranger = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", script="sleep 1")
