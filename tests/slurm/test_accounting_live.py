@@ -44,6 +44,7 @@ def test_sacct_outcomes_are_squeues(operator_cluster: tuple[DevCluster, LiveClus
     # (a fresh store's migrations) could outlast the plugin's window on a loaded machine, and
     # Slurm then started the jobs itself, a second off what sacct records.
     daemon = _daemon(cluster, live, tmp_path)
+    live.beat()  # the cluster's plugin reads its own heartbeat: fresh, so the jobs are deferred
     jobs = {"ok": live.sbatch("alice", "--gres=gpu:a100:2", "-t", "10", script="sleep 1"),
             "exit3": live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", script="exit 3")}
     try:
