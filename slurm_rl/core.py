@@ -110,6 +110,7 @@ class Job:
     model_family: str = ""
     oracle_duration: float | None = None
     checkpointable: bool = False
+    nice: int = 0  # the user's --nice: positive asks to run later (a policy may weigh it)
 
 
 @dataclass(frozen=True, slots=True)

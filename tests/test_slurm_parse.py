@@ -102,6 +102,17 @@ def test_2205_squeue_fields() -> None:
     assert jobs[roles["pending_pinned"]].required_nodes == ("v100-03",)
 
 
+def test_a_users_nice_is_read_in_every_layout() -> None:
+    """22.05 shows a nice of 0 as null (measured on the dev cluster: ``--nice=150`` gives
+    150, no --nice gives null); the newer layouts give the number."""
+    for version in ("22.05", "23.11", "24.11"):
+        doc = json.loads(fixture_text(version, "squeue.json"))
+        doc["jobs"][0]["nice"] = 150
+        doc["jobs"][1]["nice"] = None
+        jobs = parse_jobs(json.dumps(doc)).jobs
+        assert (jobs[0].nice, jobs[1].nice) == (150, 0), version
+
+
 def test_2205_sinfo_states_and_gres() -> None:
     report = parse_nodes(fixture_text("22.05", "sinfo.json"))
     nodes = {n.name: n for n in report.nodes}

@@ -289,6 +289,7 @@ def parse_job(record: JsonObject, index: int, source: str) -> SlurmJob:
         exit_code=_exit_code(record, where),
         array_pending=_array_pending(record, where),
         het_job=bool(_int(record, "het_job_id", where)),
+        nice=_int(record, "nice", where) or 0,  # 22.05 shows 0 as null
     )
 
 

@@ -127,6 +127,8 @@ class SlurmJob:
     exit_code: int | None = None
     array_pending: bool = False
     het_job: bool = False
+    # The user's --nice (Slurm subtracts it from the job's priority; admins may set it < 0).
+    nice: int = 0
 
     @property
     def is_pending(self) -> bool:

@@ -118,6 +118,7 @@ def to_core_job(job: SlurmJob) -> Job | None:
         gpu_type=shape.gpu_type,
         time_limit=job.time_limit_s,
         checkpointable=job.checkpointable,
+        nice=job.nice,
     )
 
 
