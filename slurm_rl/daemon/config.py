@@ -77,6 +77,13 @@ class DaemonConfig(BaseModel):
     # the lowest Priority the daemon gives the last job it ranks; above the site's largest
     # multifactor priority, ranked jobs go before unranked ones (docs/slurm.md)
     priority_floor: int = Field(default=1000, ge=1, le=MAX_PRIORITY_FLOOR)
+    # Priority churn bounds (docs/daemon.md, "Priorities"): a job already ordered by the
+    # daemon keeps its priority while it is at most this many places from its rank; no job
+    # gets more than `priority_updates_per_job_hour` priority changes in any hour; a cycle
+    # sends at most `priority_updates_per_cycle` (the highest-ranked first, the rest wait).
+    priority_tolerance_ranks: int = Field(default=2, ge=0, le=1_000_000)
+    priority_updates_per_job_hour: int = Field(default=2, ge=1, le=3600)
+    priority_updates_per_cycle: int = Field(default=200, ge=1, le=1_000_000)
     # Move running jobs that opted in (docs/daemon.md); off unless the admin turns it on.
     migrate: bool = False
     # An untyped request (--gpus=2) may run as a gang of several GPU types, at the slowest
