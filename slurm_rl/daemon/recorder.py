@@ -71,9 +71,14 @@ def _with_run(record: ActionRecord, run: RunningJob) -> ActionRecord:
 
 
 def _signature(record: ActionRecord, decision: Decision) -> Signature:
+    """What makes a decision new: a pinned job's Slurm reason for not starting counts (a row
+    when it changes, for explain), the time it has waited does not."""
     placement = decision.nodes_for(record.job_id)
     nodes = placement.nodes if placement is not None else None
-    return (decision.policy_id, record.action, record.argv, record.rc, record.answer, nodes)
+    waiting = (record.details or {}).get("waiting")
+    reason = waiting.get("reason") if isinstance(waiting, dict) else None
+    return (decision.policy_id, record.action, record.argv, record.rc, record.answer, reason,
+            nodes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +97,11 @@ class CycleSummary:
     actions: Mapping[str, int] = field(default_factory=dict)  # stored rows by action
     job_errors: Mapping[str, int] = field(default_factory=dict)  # scontrol errors by kind
     oldest_wait_s: float = 0.0  # how long the longest-waiting pending job has waited
+    # Pending jobs holding an earlier cycle's pin of ours (placed, not started), the oldest's
+    # age, and the priority changes the limits held back (slurm_rl/slurm/priority.py).
+    pinned_waiting: int = 0
+    pinned_oldest_s: float = 0.0
+    priority_withheld: Mapping[str, int] = field(default_factory=dict)
 
 
 class StoreRecorder:
@@ -123,11 +133,11 @@ class StoreRecorder:
         # Outcomes are queued first: if the cycle row cannot be written, they still are later.
         # squeue's go first: when both sources report a job, its outcome keeps squeue's.
         self._unrecorded.extend((cluster, OUTCOME_SOURCE, done) for done in snapshot.finished)
-        fresh = self._fresh_actions(snapshot, decision, result.outcomes)
+        fresh = self._fresh_actions(snapshot, decision, result.outcomes, result.pinned_waiting)
         duration = time.monotonic() - self.cycle_started
         cycle_id = self.store.record_cycle(
             snapshot, decision, [record for record, _ in fresh], mode=self.mode,
-            duration_s=duration,
+            duration_s=duration, intents=result.intent_ids,
         )
         self.cycle_stored = True
         self._nodes(self.store.engine, snapshot.cluster, snapshot.time)
@@ -179,7 +189,8 @@ class StoreRecorder:
         return len(self._unrecorded)
 
     def _fresh_actions(
-        self, snapshot: ClusterSnapshot, decision: Decision, outcomes: Iterable[JobOutcome]
+        self, snapshot: ClusterSnapshot, decision: Decision, outcomes: Iterable[JobOutcome],
+        pinned_waiting: Sequence[tuple[str, float, str]] = (),
     ) -> list[tuple[ActionRecord, Signature]]:
         pending = {job.job_id for job in snapshot.pending}
         runs = {run.job.job_id: run for run in snapshot.running}
@@ -190,8 +201,13 @@ class StoreRecorder:
                         if k in pending or (k in runs and v[1] in MOVE_REFUSALS)}
         fresh = []
         reasons: Mapping[str, Any] = getattr(self.explainer, "explanations", None) or {}
+        waiting = {job_id: {"pinned_s": round(age, 1), "reason": reason}
+                   for job_id, age, reason in pinned_waiting}
         for outcome in outcomes:
             record = action_record(outcome, reasons.get(outcome.job_id))
+            if outcome.job_id in waiting:
+                record = dataclasses.replace(record, details={**(record.details or {}),
+                                                              "waiting": waiting[outcome.job_id]})
             if outcome.kind == "migrate" and outcome.returncode == 0 and outcome.job_id in runs:
                 record = _with_run(record, runs[outcome.job_id])
             signature = _signature(record, decision)
@@ -208,8 +224,8 @@ def _same_decision(stored: Signature | None, new: Signature) -> bool:
         return False
     if stored == new:
         return True
-    policy, action, *_, nodes = new
-    return action == "unchanged" and (stored[0], stored[-1]) == (policy, nodes)
+    policy, action, *_, reason, nodes = new
+    return action == "unchanged" and (stored[0], stored[-2], stored[-1]) == (policy, reason, nodes)
 
 
 def _take_batch(queue: deque[Queued], cluster: str, source: str) -> list[FinishedJob]:
@@ -240,6 +256,9 @@ def _summary(
         actions=dict(Counter(r.action for r in recorded)),
         job_errors=dict(Counter(o.error_kind for o in outcomes if o.error)),
         oldest_wait_s=max((snapshot.time - j.submit_time for j in snapshot.pending), default=0.0),
+        pinned_waiting=len(report.pinned_waiting),
+        pinned_oldest_s=max((age for _, age, _ in report.pinned_waiting), default=0.0),
+        priority_withheld=dict(report.priority_withheld),
     )
 
 
@@ -252,7 +271,9 @@ def _log_decisions(cycle_id: int, decision: Decision, records: Sequence[ActionRe
         placement = decision.nodes_for(record.job_id)
         line = {
             "event": "decision", "cycle": cycle_id, "job": record.job_id,
-            "policy": decision.policy_id, "action": record.action, "rank": rank,
+            # 1-based, as explain shows it (the store keeps 0-based)
+            "policy": decision.policy_id, "action": record.action,
+            "rank": None if rank is None else rank + 1,
             "score": decision.scores[rank] if rank is not None and decision.scores else None,
             "nodes": list(placement.nodes) if placement else None,
             "argv": list(record.argv) if record.argv else None,

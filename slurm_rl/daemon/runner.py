@@ -48,9 +48,11 @@ from slurm_rl.slurm import deferral
 from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.ownership import Recall, pin_ledger
+from slurm_rl.slurm.priority import PriorityLimits
 from slurm_rl.slurm.proc import Runner, make_runner
 from slurm_rl.slurm.source import SlurmSource, SourceConfig
 from slurm_rl.store.exclusions import last_exclusions, last_pins
+from slurm_rl.store.journal import StoreJournal
 from slurm_rl.store.repository import Store, shown_url
 
 log = logging.getLogger("slurm_rl.daemon")
@@ -221,7 +223,8 @@ class Daemon:
 
     def _build(self, config: DaemonConfig) -> Parts:
         check_private_dirs(config)
-        policy = make_policy(config.policy, seed=config.seed, bundle=config.policy_bundle)
+        policy = make_policy(config.policy, seed=config.seed, bundle=config.policy_bundle,
+                             rules=config.ranking_rules)
         history = (stored_history(lambda: self.store, config.history_days)
                    if config.history_days > 0 else None)
         scheduler = GuardedScheduler(PrimedScheduler(policy, history),
@@ -242,10 +245,13 @@ class Daemon:
             priority_floor=config.priority_floor,
             migrate=config.migrate,
             max_migrations=config.max_migrations_per_cycle,
+            priority_limits=PriorityLimits(config.priority_tolerance_ranks,
+                                           config.priority_updates_per_job_hour,
+                                           config.priority_updates_per_cycle),
         )
         actuator = SlurmActuator(client, actuator_config, source=source, clock=self._clock,
                                  recall=self._recall_for(source, last_exclusions, "exclusions"),
-                                 pins=source.pins)
+                                 pins=source.pins, journal=StoreJournal(lambda: self.store))
         heartbeat = self._heartbeat_factory(config)
         version = model_version(config.policy, config.policy_bundle, is_learned(config.policy))
         accounting = AccountingReader(
@@ -371,7 +377,7 @@ class Daemon:
         duration = time.monotonic() - started
         summary = self.recorder.last
         if summary is not None:
-            _log_summary(self.cycles, parts.config, summary, duration)
+            _log_summary(parts.config, summary, duration)
             self.metrics.healthy(duration, self._clock(), summary.pending, summary.running,
                                  summary.actions, summary.job_errors,
                                  Counter(parts.source.set_aside.values()),
@@ -549,14 +555,29 @@ def _beat_moves_away(old: DaemonConfig, new: DaemonConfig) -> bool:
     return not new.changes_slurm or old.heartbeat != new.heartbeat
 
 
-def _log_summary(number: int, config: DaemonConfig, summary: CycleSummary, took: float) -> None:
+def _log_summary(config: DaemonConfig, summary: CycleSummary, took: float) -> None:
+    # The cycle number is the store's cycle id: the one explain and the JSON lines show.
     # Quiet cycles (nothing sent, stored or finished) only show at debug level.
     busy = summary.sent or summary.errors or summary.recorded_actions or summary.finished
     log.log(
         logging.INFO if busy else logging.DEBUG,
-        "cycle %d (%s, %s): %d pending, %d running, %d finished; ranked %d, placed %d; "
-        "%d scontrol calls, %d errors; %d decisions stored; %.3f s",
-        number, config.policy, config.recorded_mode, summary.pending, summary.running,
-        summary.finished, summary.ranked, summary.placed, summary.sent, summary.errors,
-        summary.recorded_actions, took,
+        "cycle %d (%s, %s): %d pending, %d running, %d finished; ranked %d, placed %d%s; "
+        "%d scontrol calls, %d errors%s; %d decisions stored; %.3f s",
+        summary.cycle_id, config.policy, config.recorded_mode, summary.pending,
+        summary.running, summary.finished, summary.ranked, summary.placed, _waiting(summary),
+        summary.sent, summary.errors, _withheld(summary), summary.recorded_actions, took,
     )
+
+
+def _waiting(summary: CycleSummary) -> str:
+    if not summary.pinned_waiting:
+        return ""
+    return (f" ({summary.pinned_waiting} pinned earlier, not started; oldest "
+            f"{summary.pinned_oldest_s:.0f} s)")
+
+
+def _withheld(summary: CycleSummary) -> str:
+    if not summary.priority_withheld:
+        return ""
+    counts = ", ".join(f"{n} {why}" for why, n in sorted(summary.priority_withheld.items()))
+    return f"; priority changes held back: {counts}"

@@ -66,9 +66,12 @@ def _decision(row: DecisionRow, cycle: CycleRow) -> dict[str, Any]:
     details = row.details or {}
     at = cycle.recorded_at.strftime("%Y-%m-%d %H:%M:%S UTC")  # stored in UTC
     return {"cycle": cycle.id, "at": at, "mode": cycle.actuator_mode,
-            "policy": row.policy_id, "action": row.action, "rank": row.rank, "score": row.score,
+            # ranks are 1-based wherever a person reads them (the store keeps 0-based)
+            "policy": row.policy_id, "action": row.action,
+            "rank": None if row.rank is None else row.rank + 1, "score": row.score,
             "nodes": row.nodes, "argv": row.argv, "rc": row.slurm_rc, "answer": row.slurm_answer,
-            "why": details.get("why"), "before": details.get("before")}
+            "why": details.get("why"), "before": details.get("before"),
+            "recovered": details.get("recovered"), "waiting": details.get("waiting")}
 
 
 def _when(epoch: float | None) -> str:
@@ -103,14 +106,18 @@ def _render_decision(d: dict[str, Any]) -> list[str]:
              f"-> {d['action']}"]
     why = d["why"] or {}
     if d["rank"] is not None:
-        text = f"  rank {d['rank'] + 1} of {why.get('ranked', '?')} ranked " \
+        text = f"  rank {d['rank']} of {why.get('ranked', '?')} ranked " \
                f"({why.get('pending', '?')} pending), score {_num(d['score'])}"
         for side in ("above", "below"):
             if side in why:
                 text += f"; {side}: job {why[side]['job']} ({_num(why[side]['score'])})"
         lines.append(text)
+    elif d["recovered"]:
+        lines.append(_render_recovered(d["recovered"]))
     else:
         lines.append("  not ranked this cycle (held back or no longer pending)")
+    if d["waiting"]:
+        lines.append(_render_waiting(d["waiting"]))
     lines.extend(_render_placement(why.get("placement"), d["nodes"]))
     if "guard" in why:
         lines.append(f"  the guard dropped the policy's nodes: {why['guard']}")
@@ -119,6 +126,17 @@ def _render_decision(d: dict[str, Any]) -> list[str]:
         rc = "not sent" if d["rc"] is None else f"exit {d['rc']}"
         lines.append(f"  sent: {' '.join(d['argv'])} -> {rc}{answer}")
     return lines
+
+
+def _render_recovered(recovered: dict[str, Any]) -> str:
+    return (f"  recorded after a restart (or a failed record) from the daemon's journal: "
+            f"the call went out at {_when(recovered.get('sent_at'))}; checked against Slurm: "
+            f"{recovered.get('state', '?')}")
+
+
+def _render_waiting(waiting: dict[str, Any]) -> str:
+    return (f"  pinned {_num(waiting.get('pinned_s'))} s ago and not started yet "
+            f"(Slurm's reason: {waiting.get('reason') or 'none given'})")
 
 
 def _render_placement(placement: dict[str, Any] | None, nodes: str | None) -> list[str]:

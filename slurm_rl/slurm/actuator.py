@@ -14,111 +14,55 @@
 
 Updates are skipped when Slurm already shows the wanted value, and jobs that get the same
 change share one ``scontrol update JobId=a,b,c`` call where Slurm takes a job list for all
-its fields (:data:`BATCHABLE_FIELDS`; a pin goes one job a call). Errors (job vanished, permission
-denied, timeout) are recorded per job in the report, never raised.
+its fields (:data:`BATCHABLE_FIELDS`; a pin goes one job a call). Priority changes are
+held back within the limits of :mod:`slurm_rl.slurm.priority` (tolerance, hourly rate, cap
+per cycle). Errors (job vanished, permission denied, timeout) are recorded per job in the
+report, never raised.
+
+With a journal (the daemon's store), every call is written down before it is sent and
+settled after Slurm's answer; what an earlier cycle left unsettled is checked against Slurm
+at the start of the next (:mod:`slurm_rl.journal`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
-import math
-import re
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ClusterShell.NodeSet import NodeSet
-
-from slurm_rl.core import Decision, Placement
+from slurm_rl.core import Decision
+from slurm_rl.journal import INTENDED, UNANSWERED, Entry, Intent, Journal, Settlement
 from slurm_rl.slurm.client import SlurmClient, update_argv
-from slurm_rl.slurm.deferral import deferred_until
-from slurm_rl.slurm.exclusion import plan_exclusion, stale_exclusions
+from slurm_rl.slurm.journal import state_for, verdict
 from slurm_rl.slurm.migration import RELEASE, Move, Refusal, plan_moves, release_when_pending
-from slurm_rl.slurm.ownership import (
-    EXC,
-    PIN,
-    Ledger,
-    Recall,
-    exclusion_ledger,
-    fold,
-    pin_ledger,
+from slurm_rl.slurm.ownership import EXC, PIN, Ledger, Recall, exclusion_ledger, pin_ledger
+from slurm_rl.slurm.plan import (
+    BATCHABLE_FIELDS,
+    ActuatorConfig,
+    JobOutcome,
+    Mode,
+    Update,
+    before_values,
+    classify_error,
+    outcomes_for,
+    per_job_errors,
+    plan,
+    slurm_time,
 )
-from slurm_rl.slurm.priority import assign_priorities
-from slurm_rl.slurm.proc import CommandResult, is_unreachable
-from slurm_rl.slurm.records import SlurmJob, numeric_id
-from slurm_rl.slurm.source import SlurmSource, SlurmState
+from slurm_rl.slurm.proc import CommandResult
+from slurm_rl.slurm.records import SlurmJob
+from slurm_rl.slurm.source import SlurmSource, SlurmState, to_core_job
 
 log = logging.getLogger(__name__)
 
-_FOR_JOB = re.compile(r"^(?P<message>.*?)\s+for job (?P<job>\d+(?:_\d+)?)\s*$")
-
-
-class Mode(enum.Enum):
-    SHADOW = "shadow"
-    ADVISE = "advise"
-    ENFORCE = "enforce"
-
-
-@dataclass(frozen=True, slots=True)
-class ActuatorConfig:
-    mode: Mode = Mode.SHADOW
-    defer_extension_s: float = 30.0
-    defer_cap_s: float = 600.0
-    # A held job's deferral is extended once less than this is left of it.
-    renew_margin_s: float = 10.0
-    priority_floor: int = 1000
-    migrate: bool = False  # requeue and re-pin the running jobs a decision moves (opt-in jobs)
-    max_migrations: int = 2  # per cycle
-    restart_wait_s: float = 3.0  # how long a move waits for its requeued job to be pending
-
-
-@dataclass(frozen=True, slots=True)
-class Update:
-    """One planned change: jobs that all get the same fields."""
-
-    kind: str
-    job_ids: tuple[str, ...]
-    fields: tuple[tuple[str, str], ...]
-
-    @property
-    def argv(self) -> tuple[str, ...]:
-        return update_argv(self.job_ids, dict(self.fields))
-
-
-@dataclass(frozen=True, slots=True)
-class JobOutcome:
-    """What happened to one job: the action, the argv sent (if any) and Slurm's answer.
-
-    ``kind``: place, exclude, release, prioritize, defer, unexclude (a call was planned;
-    ``exclude``: an unplaced job gets an ``ExcNodeList``, ``unexclude``: only the
-    actuator's own ``ExcNodeList`` is cleared); migrate (a running job requeued and pinned
-    elsewhere); unchanged (Slurm already had it); left_to_slurm (deferral cap reached);
-    not_pending (ranked but no longer pending); not_running, not_movable, over_cap (a move
-    refused).
-    ``error_kind``: vanished, permission, rejected, timeout, unreachable. ``note``: why part
-    of the decision was not applied (e.g. a user's own ``--exclude`` left alone). ``then``:
-    the further calls Slurm accepted for the job in the same action (a move's pin and
-    release), for the audit trail.
-    """
-
-    job_id: str
-    kind: str
-    argv: tuple[str, ...] = ()
-    sent: bool = False
-    returncode: int | None = None
-    error: str = ""
-    error_kind: str = ""
-    # What Slurm showed for each field the call changes, before it (for ``slurm-rl revert``).
-    before: tuple[tuple[str, str], ...] = ()
-    note: str = ""
-    then: tuple[tuple[str, ...], ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return not self.error
-
+HOUR_S = 3600.0
+# Names the rest of the package and the tests take from here (defined in plan.py).
+__all__ = ["BATCHABLE_FIELDS", "ActuationReport", "ActuatorConfig", "JobOutcome", "Mode",
+           "SlurmActuator", "Update", "before_values", "classify_error", "outcomes_for",
+           "per_job_errors", "plan", "slurm_time"]
 
 @dataclass(frozen=True, slots=True)
 class ActuationReport:
@@ -127,272 +71,15 @@ class ActuationReport:
     policy_id: str
     outcomes: tuple[JobOutcome, ...]
     commands: tuple[CommandResult, ...]
+    # Priority changes the limits held back this cycle, by limit (tolerance, rate, cap).
+    priority_withheld: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    # The journal entries of this cycle's calls (the record marks them recorded).
+    intent_ids: tuple[int, ...] = ()
+    # Pending jobs this daemon pinned in an earlier cycle: (job id, seconds since, reason).
+    pinned_waiting: tuple[tuple[str, float, str], ...] = ()
 
     def outcome(self, job_id: str) -> JobOutcome | None:
         return next((o for o in self.outcomes if o.job_id == job_id), None)
-
-
-# -- planning (pure) ----------------------------------------------------------------------
-
-
-def slurm_time(epoch: float) -> str:
-    """An absolute StartTime in the local-time form scontrol parses."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(math.ceil(epoch)))
-
-
-def is_ours_to_release(job: SlurmJob, deferred_by_us: set[str]) -> bool:
-    """True when the job's begin time is the plugin's or ours (never a user's --begin)."""
-    return deferred_until(job.admin_comment) is not None or job.job_id in deferred_by_us
-
-
-def _users_pin(
-    job: SlurmJob, placement: Placement | None, mine: frozenset[str] | None
-) -> tuple[Placement | None, str]:
-    """The placement, or None with a note when it would overwrite a ``ReqNodeList`` slurm-rl
-    did not set (a user's ``--nodelist``). The snapshot sets such jobs aside, so only a
-    decision made on other data gets here."""
-    current = frozenset(job.required_nodes)
-    if placement is None or not current or current in (mine, frozenset(placement.nodes)):
-        return placement, ""
-    return None, (f"placement on {fold(placement.nodes)} dropped: its "
-                  f"--nodelist={fold(current)} is the user's")
-
-
-def _placement_fields(job: SlurmJob, placement: Placement | None) -> dict[str, str]:
-    fields: dict[str, str] = {}
-    if placement is not None and set(job.required_nodes) != set(placement.nodes):
-        fields[PIN] = str(NodeSet.fromlist(placement.nodes))
-        count = placement.num_nodes
-        fields["NumNodes"] = f"{count}-{count}"
-    return fields
-
-
-def _release_fields(
-    job: SlurmJob, priority: int | None, now: float, ours: bool
-) -> dict[str, str]:
-    fields: dict[str, str] = {}
-    if priority is not None and job.priority != priority:
-        fields["Priority"] = str(priority)
-    if ours and job.eligible_time is not None and job.eligible_time > now:
-        fields["StartTime"] = "now"
-    return fields
-
-
-def _release_kind(fields: Mapping[str, str]) -> str:
-    if PIN in fields:
-        return "place"
-    if fields.get(EXC):
-        return "exclude"
-    if "StartTime" in fields:
-        return "release"
-    return "prioritize" if "Priority" in fields else "unexclude"
-
-
-def _hold_target(job: SlurmJob, now: float, config: ActuatorConfig) -> float | None:
-    """Until when a held job should stay deferred; None once its cap is reached."""
-    cap_end = (job.submit_time or now) + config.defer_cap_s
-    if now >= cap_end:
-        return None
-    return min(now + config.defer_extension_s, cap_end)
-
-
-@dataclass
-class _Plan:
-    updates: list[Update]
-    outcomes: dict[str, JobOutcome]
-    notes: dict[str, str] = dataclasses.field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class _Memory:
-    """What this actuator itself set, by job id (so it never touches a user's values)."""
-
-    deferred: set[str]
-    excluded: Mapping[str, frozenset[str]]
-    pinned: Mapping[str, frozenset[str]]
-
-
-# The fields ``scontrol update JobId=a,b,...`` applies to every job of the list. Measured
-# on Slurm 22.05.8 (tests/slurm/test_live.py): StartTime, ExcNodeList and Priority are; with
-# ReqNodeList or NumNodes in the call it answers "Invalid job ID a,b" and changes none of
-# the jobs, so a pin goes one job a call.
-BATCHABLE_FIELDS = frozenset({"StartTime", "ExcNodeList", "Priority"})
-
-
-def _merge(updates: Sequence[Update]) -> list[Update]:
-    """Jobs with identical fields share one call, at the first job's place in the order,
-    when Slurm takes a job list for every one of those fields (:data:`BATCHABLE_FIELDS`)."""
-    merged: dict[tuple[str, tuple[tuple[str, str], ...]], list[str]] = {}
-    single: list[tuple[int, Update]] = []
-    order: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
-    for index, update in enumerate(updates):
-        if {key for key, _ in update.fields} <= BATCHABLE_FIELDS:
-            key = (update.kind, update.fields)
-            order.setdefault(key, index)
-            merged.setdefault(key, []).extend(update.job_ids)
-        else:
-            single.extend((index, Update(update.kind, (job_id,), update.fields))
-                          for job_id in update.job_ids)
-    batched = [(order[key], Update(key[0], tuple(ids), key[1])) for key, ids in merged.items()]
-    return [update for _, update in sorted(batched + single, key=lambda pair: pair[0])]
-
-
-def plan(
-    decision: Decision,
-    state: SlurmState,
-    config: ActuatorConfig,
-    deferred_by_us: set[str],
-    excluded_by_us: Mapping[str, frozenset[str]] | None = None,
-    pinned_by_us: Mapping[str, frozenset[str]] | None = None,
-) -> _Plan:
-    """What to send for ``decision`` given what Slurm shows now (no side effects). The
-    ``ExcNodeList`` and ``ReqNodeList`` values slurm-rl set are ``excluded_by_us`` and
-    ``pinned_by_us``; any other non-empty value is someone else's and never changed."""
-    placing = config.mode in (Mode.ENFORCE, Mode.SHADOW)
-    memory = _Memory(deferred_by_us, excluded_by_us or {}, pinned_by_us or {})
-    pending = {j.job_id: j for j in state.managed.values() if j.is_pending}
-    planned = _Plan([], {
-        job_id: JobOutcome(job_id, "not_pending")
-        for job_id in decision.ranking
-        if job_id not in pending
-    })
-    ranked = [pending[job_id] for job_id in decision.ranking if job_id in pending]
-    extra = _placing_fields(decision, ranked, state, memory, planned.notes) if placing else {}
-    _release_updates(ranked, extra, state.time, config, memory, planned)
-    if placing:
-        # Jobs no longer released keep no exclusion of ours (cleared with a deferral, if any).
-        released = set(decision.ranking)
-        unranked = [job for job_id, job in pending.items() if job_id not in released]
-        stale = stale_exclusions(unranked, memory.excluded)
-        held = [pending[job_id] for job_id in decision.holds if job_id in pending]
-        _hold_updates(held, state.time, config, memory.deferred, planned, stale)
-        for job_id in stale:
-            planned.updates.append(Update("unexclude", (job_id,), ((EXC, ""),)))
-    planned.updates = _merge(planned.updates)
-    return planned
-
-
-def _placing_fields(
-    decision: Decision,
-    ranked: Sequence[SlurmJob],
-    state: SlurmState,
-    memory: _Memory,
-    notes: dict[str, str],
-) -> dict[str, dict[str, str]]:
-    """Per released job, the placement and ExcNodeList fields (enforce and shadow only)."""
-    out: dict[str, dict[str, str]] = {}
-    for job in ranked:
-        placement, pin_note = _users_pin(
-            job, decision.placements.get(job.job_id), memory.pinned.get(job.job_id)
-        )
-        step = plan_exclusion(
-            job,
-            placement,
-            decision.exclusions.get(job.job_id, ()),
-            memory.excluded.get(job.job_id),
-            state.nodes.nodes,
-        )
-        fields = _placement_fields(job, step.placement)
-        fields.update(step.fields)
-        out[job.job_id] = fields
-        note = "; ".join(n for n in (pin_note, step.note) if n)
-        if note:
-            notes[job.job_id] = note
-    return out
-
-
-def _release_updates(
-    ranked: Sequence[SlurmJob],
-    placing: Mapping[str, Mapping[str, str]],
-    now: float,
-    config: ActuatorConfig,
-    memory: _Memory,
-    planned: _Plan,
-) -> None:
-    """Priority (and placement, exclusion, release) for the released jobs, highest first."""
-    current = {job.job_id: job.priority for job in ranked}
-    priorities = assign_priorities([j.job_id for j in ranked], current, config.priority_floor)
-    for job in ranked:
-        ours = is_ours_to_release(job, memory.deferred)
-        fields = dict(placing.get(job.job_id, {}))
-        fields.update(_release_fields(job, priorities[job.job_id], now, ours))
-        if fields:
-            update = Update(_release_kind(fields), (job.job_id,), tuple(fields.items()))
-            planned.updates.append(update)
-        else:
-            note = planned.notes.get(job.job_id, "")
-            planned.outcomes[job.job_id] = JobOutcome(job.job_id, "unchanged", note=note)
-
-
-def _hold_updates(
-    held: Sequence[SlurmJob],
-    now: float,
-    config: ActuatorConfig,
-    deferred_by_us: set[str],
-    planned: _Plan,
-    stale: list[str],
-) -> None:
-    """Extend the deferrals of held jobs; a deferred job in ``stale`` also has the
-    actuator's exclusion cleared in the same call (and leaves ``stale``)."""
-    outcomes, updates = planned.outcomes, planned.updates
-    for job in sorted(held, key=lambda j: numeric_id(j.job_id)):
-        if not is_ours_to_release(job, deferred_by_us):
-            continue  # a user's own --begin, or submitted while the daemon was down
-        target = _hold_target(job, now, config)
-        if target is None:
-            outcomes[job.job_id] = JobOutcome(job.job_id, "left_to_slurm")
-            continue
-        eligible = job.eligible_time or 0.0
-        if eligible >= min(now + config.renew_margin_s, target):
-            outcomes[job.job_id] = JobOutcome(job.job_id, "unchanged")
-            continue
-        fields: tuple[tuple[str, str], ...] = (("StartTime", slurm_time(target)),)
-        if job.job_id in stale:
-            stale.remove(job.job_id)
-            fields += ((EXC, ""),)
-        updates.append(Update("defer", (job.job_id,), fields))
-
-
-# -- Slurm's answers ----------------------------------------------------------------------
-
-
-def classify_error(message: str) -> str:
-    text = message.lower()
-    if "invalid job id" in text or "already finished" in text or "no longer pending" in text:
-        return "vanished"
-    if "permission denied" in text or "invalid user id" in text or "access" in text:
-        return "permission"
-    if "did not answer within" in text:
-        return "timeout"
-    if is_unreachable(message):
-        return "unreachable"
-    return "rejected"
-
-
-def per_job_errors(result: CommandResult) -> dict[str, str]:
-    """``<message> for job <id>`` lines of scontrol's stderr, by job id."""
-    errors: dict[str, str] = {}
-    for line in result.stderr.splitlines():
-        match = _FOR_JOB.match(line.strip())
-        if match:
-            errors[match.group("job")] = match.group("message")
-    return errors
-
-
-def outcomes_for(update: Update, result: CommandResult | None) -> list[JobOutcome]:
-    """One outcome per job of a call; a failure without job ids counts for all of them."""
-    argv = update.argv
-    if result is None:
-        return [JobOutcome(j, update.kind, argv) for j in update.job_ids]
-    errors = per_job_errors(result) if not result.ok else {}
-    general = "" if result.ok or errors else (result.stderr.strip() or f"exit {result.returncode}")
-    outcomes = []
-    for job_id in update.job_ids:
-        error = errors.get(job_id, general)
-        rc = result.returncode if error else 0
-        kind = classify_error(error) if error else ""
-        outcomes.append(JobOutcome(job_id, update.kind, argv, True, rc, error, kind))
-    return outcomes
 
 
 # -- the actuator -------------------------------------------------------------------------
@@ -418,12 +105,20 @@ class SlurmActuator:
         clock: Callable[[], float] = time.time,
         recall: Recall | None = None,
         pins: Ledger | None = None,
+        journal: Journal | None = None,
     ) -> None:
         self.client = client
         self.config = config or ActuatorConfig()
         self.source = source
         self.clock = clock
+        self.journal = journal  # written ahead of every call (slurm_rl/journal.py)
         self._deferred_by_us: set[str] = set()
+        # When each job's accepted Priority changes were sent (the hourly rate), and when
+        # each pending job got the pin it holds (how long pinned jobs wait to start).
+        self._priority_sent: dict[str, list[float]] = {}
+        self._pinned_at: dict[str, float] = {}
+        self._intents: list[int] = []
+        self._settlements: list[Settlement] = []
         self.exclusions = exclusion_ledger(recall)
         if pins is None:
             pins = source.pins if source is not None else pin_ledger()
@@ -447,14 +142,19 @@ class SlurmActuator:
     def apply(self, decision: Decision, state: SlurmState | None = None) -> ActuationReport:
         state = state or self._current_state()
         self._deferred_by_us &= set(state.managed)
+        self._intents, self._settlements = [], []
+        self._recover(state)  # before the ledgers ask the store what the daemon set
         # advise never sets an exclusion, so it need not know which ones are its own
         self.exclusions.sync(state.managed, ask=self.mode is not Mode.ADVISE)
         self.pins.sync(state.managed)
+        waiting = self._pinned_waiting(state)
         planned = plan(decision, state, self.config, self._deferred_by_us,
-                       self.exclusions.values, self.pins.values)
+                       self.exclusions.values, self.pins.values,
+                       self._may_reprioritize(state))
         outcomes = dict(planned.outcomes)
         commands: list[CommandResult] = []
-        for update in planned.updates:
+        entries = self._write_ahead(planned.updates, decision.policy_id, state)
+        for update, ids in zip(planned.updates, entries, strict=True):
             result = self._send(update)
             if result is not None:
                 commands.append(result)
@@ -462,11 +162,78 @@ class SlurmActuator:
                 outcome = _with_before(outcome, update, state.job(outcome.job_id))
                 outcome = dataclasses.replace(outcome, note=planned.notes.get(outcome.job_id, ""))
                 outcomes[outcome.job_id] = outcome
-                self._remember(outcome, update)
+                self._remember(outcome, update, state.time)
+                self._settle_later(ids.get(outcome.job_id), outcome)
         self._release_restarted(decision, state, outcomes, commands)
         self._move(decision, state, outcomes, commands)
+        if self.journal is not None and self._settlements:
+            self.journal.settle(self._settlements)
         ordered = tuple(outcomes[j] for j in sorted(outcomes, key=_order_key(decision)))
-        return ActuationReport(self.mode, state.time, decision.policy_id, ordered, tuple(commands))
+        withheld = dict(Counter(planned.withheld.values()))
+        return ActuationReport(self.mode, state.time, decision.policy_id, ordered,
+                               tuple(commands), withheld, tuple(self._intents), waiting)
+
+    # -- the journal (write-ahead) -----------------------------------------------------
+
+    def _journaling(self) -> bool:
+        return self.journal is not None and self.mode is not Mode.SHADOW
+
+    def _cluster(self, state: SlurmState) -> str:
+        return self.source.cluster_name(state) if self.source is not None else "slurm"
+
+    def _write_ahead(self, updates: Sequence[Update], policy_id: str, state: SlurmState
+                     ) -> list[dict[str, int]]:
+        """Store every job's part of every call before the first is sent; per update, the
+        entry id of each of its jobs."""
+        if not self._journaling() or not updates:
+            return [{} for _ in updates]
+        intents = [self._intent(update, job_id, update.argv, state)
+                   for update in updates for job_id in update.job_ids]
+        ids = self._intend(intents, policy_id, state)
+        taken = iter(ids)
+        return [{job_id: next(taken) for job_id in update.job_ids} for update in updates]
+
+    def _intent(self, update: Update, job_id: str, argv: tuple[str, ...],
+                state: SlurmState) -> Intent:
+        job = state.job(job_id)
+        names = [name for name, _ in update.fields]
+        before = before_values(job, names) if job is not None else ()
+        return Intent(job_id, update.kind, argv, update.fields, before)
+
+    def _intend(self, intents: Sequence[Intent], policy_id: str, state: SlurmState) -> list[int]:
+        assert self.journal is not None
+        jobs = []
+        for job_id in dict.fromkeys(intent.job_id for intent in intents):
+            slurm_job = state.job(job_id)
+            core = to_core_job(slurm_job) if slurm_job is not None else None
+            if core is not None:
+                jobs.append(core)
+        ids = self.journal.intend(self._cluster(state), policy_id, state.time, intents, jobs)
+        self._intents.extend(ids)
+        return ids
+
+    def _settle_later(self, entry_id: int | None, outcome: JobOutcome) -> None:
+        if entry_id is not None and outcome.sent:
+            self._settlements.append(Settlement(
+                entry_id, state_for(outcome.ok, outcome.error_kind), outcome.returncode,
+                outcome.error))
+
+    def _recover(self, state: SlurmState) -> None:
+        """Check what earlier cycles left in the journal against Slurm, and store it."""
+        if not self._journaling():
+            return
+        assert self.journal is not None
+        cluster = self._cluster(state)
+        left = self.journal.leftovers(cluster)
+        if not left:
+            return
+        shown = {job.job_id: job for job in state.jobs.jobs}
+        checked = [(entry, _checked(entry, shown)) for entry in left]
+        self.journal.recover(cluster, state.time, self.mode.value, checked)
+        counts = Counter(done.state for _, done in checked)
+        log.warning("journal: %d calls an earlier cycle left unsettled or unrecorded, now "
+                    "stored: %s", len(checked),
+                    ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
 
     def _move(self, decision: Decision, state: SlurmState, outcomes: dict[str, JobOutcome],
               commands: list[CommandResult]) -> None:
@@ -480,15 +247,27 @@ class SlurmActuator:
             if isinstance(step, Refusal):
                 outcomes[step.job_id] = JobOutcome(step.job_id, step.kind, note=step.note)
             else:
-                outcomes[step.job_id] = self._send_move(step, commands)
+                outcomes[step.job_id] = self._send_move(step, state, decision.policy_id,
+                                                        commands)
 
-    def _send_move(self, move: Move, commands: list[CommandResult]) -> JobOutcome:
+    def _send_move(self, move: Move, state: SlurmState, policy_id: str,
+                   commands: list[CommandResult]) -> JobOutcome:
+        outcome = self._send_move_calls(move, state, policy_id, commands)
+        if self._journaling():
+            self._settle_later(self._intents[-1], outcome)
+        return outcome
+
+    def _send_move_calls(self, move: Move, state: SlurmState, policy_id: str,
+                         commands: list[CommandResult]) -> JobOutcome:
         argv = ("scontrol", "requeue", move.job_id)
         note = f"restarts on {','.join(move.placement.nodes)}"
         if self.mode is Mode.SHADOW:
             pin = " ".join(update_argv([move.job_id], move.pin))
             log.info("shadow: would run %s, then %s", " ".join(argv), pin)
             return JobOutcome(move.job_id, "migrate", argv, note=note)
+        if self._journaling():  # the requeue and the pin it leads to, as one entry
+            update = Update("migrate", (move.job_id,), tuple(move.pin.items()))
+            self._intend([self._intent(update, move.job_id, argv, state)], policy_id, state)
         requeued = self.client.requeue_job(move.job_id)
         commands.append(requeued)
         if not requeued.ok:
@@ -524,11 +303,13 @@ class SlurmActuator:
                 self._restarting.discard(job_id)
             elif job.eligible_time is not None and job.eligible_time > state.time:
                 update = Update("release", (job_id,), tuple(RELEASE.items()))
+                (ids,) = self._write_ahead([update], decision.policy_id, state)
                 result = self._send(update)
                 if result is not None:
                     commands.append(result)
                     self._restarting.discard(job_id)
                 (outcomes[job_id],) = outcomes_for(update, result)
+                self._settle_later(ids.get(job_id), outcomes[job_id])
 
     def _current_state(self) -> SlurmState:
         if self.source is not None and self.source.last_state is not None:
@@ -551,7 +332,7 @@ class SlurmActuator:
         )
         return result
 
-    def _remember(self, outcome: JobOutcome, update: Update) -> None:
+    def _remember(self, outcome: JobOutcome, update: Update, now: float) -> None:
         if not (outcome.sent and outcome.ok):
             return
         if outcome.kind == "defer":
@@ -561,25 +342,44 @@ class SlurmActuator:
             self.exclusions.remember(outcome.job_id, fields[EXC])
         if PIN in fields:
             self.pins.remember(outcome.job_id, fields[PIN])
+            self._pinned_at[outcome.job_id] = now
+        if "Priority" in fields:
+            self._priority_sent.setdefault(outcome.job_id, []).append(now)
+
+    def _may_reprioritize(self, state: SlurmState) -> Callable[[str], bool]:
+        """Whether a job is still under its hourly number of priority changes."""
+        limit = self.config.priority_limits.updates_per_job_hour
+        since = state.time - HOUR_S
+        self._priority_sent = {job: kept for job, times in self._priority_sent.items()
+                               if job in state.managed
+                               and (kept := [t for t in times if t > since])}
+        if limit is None:
+            return lambda _job: True
+        return lambda job: len(self._priority_sent.get(job, ())) < limit
+
+    def _pinned_waiting(self, state: SlurmState) -> tuple[tuple[str, float, str], ...]:
+        """Pending jobs holding a pin of this daemon's, with how long they have held it
+        (from when this process sent it, or first saw it after a restart) and Slurm's
+        reason for not starting them."""
+        mine = self.pins.values
+        waiting = []
+        for job_id, job in state.managed.items():
+            pin = mine.get(job_id)
+            if not (job.is_pending and pin and frozenset(job.required_nodes) == pin):
+                continue
+            since = self._pinned_at.setdefault(job_id, state.time)
+            waiting.append((job_id, state.time - since, job.reason))
+        self._pinned_at = {job: t for job, t in self._pinned_at.items()
+                           if job in state.managed and state.managed[job].is_pending}
+        return tuple(sorted(waiting, key=lambda item: -item[1]))
 
     def inherit(self, previous: SlurmActuator) -> None:
         """Take over what ``previous`` set (a config reload builds a new actuator)."""
         self._deferred_by_us |= previous._deferred_by_us
         self.exclusions.inherit(previous.exclusions)
         self.pins.inherit(previous.pins)
-
-
-def before_values(job: SlurmJob, fields: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """The job's current value of each field an update changes, as scontrol would take it
-    back (an empty string: the field was not set). StartTime is a Unix time."""
-    current = {
-        PIN: ",".join(job.required_nodes),
-        "NumNodes": str(job.node_count) if job.node_count else "",
-        "Priority": str(job.priority) if job.priority is not None else "",
-        "StartTime": f"{job.eligible_time:.0f}" if job.eligible_time else "",
-        EXC: ",".join(job.excluded_nodes),
-    }
-    return tuple((name, current.get(name, "")) for name in fields)
+        self._priority_sent = {**previous._priority_sent, **self._priority_sent}
+        self._pinned_at = {**previous._pinned_at, **self._pinned_at}
 
 
 def _with_before(outcome: JobOutcome, update: Update, job: SlurmJob | None) -> JobOutcome:
@@ -587,6 +387,13 @@ def _with_before(outcome: JobOutcome, update: Update, job: SlurmJob | None) -> J
         return outcome
     before = before_values(job, [name for name, _ in update.fields])
     return dataclasses.replace(outcome, before=before)
+
+
+def _checked(entry: Entry, shown: Mapping[str, SlurmJob]) -> Settlement:
+    """An unsettled entry checked against Slurm; a settled one (its record failed) as is."""
+    if entry.state in (INTENDED, UNANSWERED):
+        return verdict(entry, shown)
+    return Settlement(entry.entry_id, entry.state, entry.rc, entry.answer)
 
 
 def _order_key(decision: Decision) -> Callable[[str], tuple[int, str]]:

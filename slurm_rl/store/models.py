@@ -89,6 +89,30 @@ class DecisionRow(Base):
     job: Mapped[JobRow] = relationship(back_populates="decisions")
 
 
+class IntentRow(Base):
+    """One job's part of one ``scontrol`` call, written before the call is sent (the
+    actuator's write-ahead journal, slurm_rl/slurm/journal.py). ``cycle_id`` is set once a
+    decision row in that cycle records it; ``state`` goes intended -> applied, refused,
+    unknown or not_applied."""
+
+    __tablename__ = "intents"
+    __table_args__ = (Index("ix_intents_open", "cluster", "cycle_id", "state"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(128))
+    job_id: Mapped[str] = mapped_column(String(128))
+    policy_id: Mapped[str] = mapped_column(String(256))
+    created: Mapped[float] = mapped_column(Float)  # the snapshot time of the call's cycle
+    kind: Mapped[str] = mapped_column(String(64))
+    argv: Mapped[list[str]] = mapped_column(JSON)
+    fields: Mapped[dict[str, str]] = mapped_column(JSON)
+    before: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    slurm_rc: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    slurm_answer: Mapped[str | None] = mapped_column(Text, nullable=True)
+    cycle_id: Mapped[int | None] = mapped_column(ForeignKey("cycles.id"), nullable=True)
+
+
 class OutcomeRow(Base):
     """How a job ended: when and where it ran, its final state and exit code."""
 

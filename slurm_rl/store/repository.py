@@ -7,13 +7,14 @@ and its decisions land together or not at all, and nothing already recorded is t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, make_url, select
+from sqlalchemy import create_engine, event, make_url, select, update
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session, sessionmaker
@@ -21,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from slurm_rl.core import ClusterSnapshot, Decision, FinishedJob, Job
 from slurm_rl.errors import InputError
 from slurm_rl.store import migrate
-from slurm_rl.store.models import CycleRow, DecisionRow, JobRow, OutcomeRow
+from slurm_rl.store.models import CycleRow, DecisionRow, IntentRow, JobRow, OutcomeRow
 
 
 @dataclass(frozen=True)
@@ -124,8 +125,10 @@ class Store:
         *,
         mode: str,
         duration_s: float = 0.0,
+        intents: Sequence[int] = (),
     ) -> int:
-        """Store one cycle: new jobs, and a decision row for every job an action touched."""
+        """Store one cycle: new jobs, and a decision row for every job an action touched; the
+        journal's ``intents`` of the cycle's calls are marked recorded by it."""
         cluster = snapshot.cluster.name
         added: set[str] = set()
         with self._sessions.begin() as session:
@@ -137,6 +140,9 @@ class Store:
             session.add(cycle)
             session.flush()
             session.add_all(_decision_rows(cluster, cycle.id, decision, actions))
+            if intents:
+                session.execute(update(IntentRow).where(IntentRow.id.in_(intents))
+                                .values(cycle_id=cycle.id))
         self._known_jobs |= added  # only once committed: a rolled-back job row is not known
         return cycle.id
 
@@ -185,6 +191,20 @@ class Store:
             if session.get(JobRow, key) is None:
                 session.add(_job_row(cluster, key, job, seen))
             added.add(key)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Session]:
+        """One write transaction (slurm_rl/store/journal.py); the jobs :meth:`add_jobs` adds
+        in it count as stored once it commits."""
+        added: set[str] = set()
+        with self._sessions.begin() as session:
+            session.info["added_jobs"] = added
+            yield session
+        self._known_jobs |= added
+
+    def add_jobs(self, session: Session, cluster: str, jobs: Iterable[Job], seen: float) -> None:
+        """Job rows for the jobs not stored yet, inside a :meth:`writing` transaction."""
+        self._add_new_jobs(session, cluster, jobs, seen, session.info["added_jobs"])
 
     def decisions_for(self, cluster: str, job_id: str) -> list[DecisionRow]:
         with self._sessions() as session:

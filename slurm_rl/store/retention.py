@@ -1,7 +1,8 @@
 """Retention: delete audit rows older than N days, in dependency order, in small batches.
 
-What goes: cycles (and their decisions) whose snapshot is older than the cutoff, outcomes of
-jobs that ended before it, and jobs that neither a kept decision nor a kept outcome refers to.
+What goes: cycles (and their decisions and journal entries) whose snapshot is older than the
+cutoff, outcomes of jobs that ended before it, and jobs that neither a kept decision nor a
+kept outcome refers to.
 Model versions, their history and retrain runs are kept (they are small and they are what
 rollback needs). Batches keep each transaction short, so the daemon's writes wait at most one
 batch.
@@ -17,7 +18,7 @@ from sqlalchemy import delete, exists, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from slurm_rl.store.models import CycleRow, DecisionRow, JobRow, OutcomeRow
+from slurm_rl.store.models import CycleRow, DecisionRow, IntentRow, JobRow, OutcomeRow
 
 log = logging.getLogger("slurm_rl.store")
 DAY = 86400.0
@@ -48,6 +49,9 @@ def apply_retention(engine: Engine, days: float, *, now: float | None = None) ->
             decisions += _count(session.execute(
                 delete(DecisionRow).where(DecisionRow.cycle_id.in_(ids))
                 .execution_options(synchronize_session=False)))
+            # Journal entries go with the cycle that recorded them (their decision rows).
+            session.execute(delete(IntentRow).where(IntentRow.cycle_id.in_(ids))
+                            .execution_options(synchronize_session=False))
             cycles += _count(session.execute(
 delete(CycleRow).where(CycleRow.id.in_(ids))
                 .execution_options(synchronize_session=False)))

@@ -1,0 +1,219 @@
+"""The write-ahead journal: a daemon killed between its calls and its record loses nothing.
+
+Only the subprocess boundary is fake (the recorded 22.05 cluster); the store is a real
+SQLite file. "Killed" is a ``SystemExit`` raised from inside the runner or the store, which
+unwinds the daemon the way a kill -9 stops it: nothing after that point runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import select
+
+from slurm_rl.cli import main
+from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.daemon.runner import Daemon
+from slurm_rl.journal import APPLIED, NOT_APPLIED, REFUSED, UNANSWERED, UNKNOWN
+from slurm_rl.slurm.errors import SlurmTimeoutError
+from slurm_rl.slurm.proc import CommandResult
+from slurm_rl.store.models import DecisionRow, IntentRow
+from slurm_rl.store.repository import Store
+from tests.slurm.fakes import FakeRunner, fixture_text, recorded_cluster
+
+NOW = 1795970505.0 + 60
+SQUEUE = ("squeue", "--json")
+PIN_3 = ("scontrol", "update", "JobId=3", "ReqNodeList=a100-03", "NumNodes=1-1", "StartTime=now")
+PIN_10 = ("scontrol", "update", "JobId=10", "ReqNodeList=a100-[01-02]", "NumNodes=2-2",
+          "Priority=1000", "StartTime=now")
+
+
+class Killed(SystemExit):
+    """The daemon's process ends here (a kill -9 runs no cleanup either)."""
+
+
+def _config(tmp_path: Path, **values: Any) -> DaemonConfig:
+    etc = tmp_path / "etc"
+    etc.mkdir(exist_ok=True)
+    settings: dict[str, Any] = {"mode": "enforce", "state_dir": tmp_path / "state",
+                                "plugin_conf_dir": etc, "interval_s": 0.01}
+    return DaemonConfig(**{**settings, **values})
+
+
+def _runner() -> FakeRunner:
+    runner = recorded_cluster("22.05")
+    runner.default = CommandResult((), 0, "", "")
+    return runner
+
+
+def _squeue_showing(changes: dict[int, dict[str, Any]]) -> str:
+    """The recorded squeue document with some jobs' fields changed (what Slurm shows after
+    the calls went through)."""
+    doc = json.loads(fixture_text("22.05", "squeue.json"))
+    for job in doc["jobs"]:
+        job.update(changes.get(job["job_id"], {}))
+    return json.dumps(doc)
+
+
+class DyingRunner(FakeRunner):
+    """Answers like ``base`` but ends the process when ``argv`` is about to be sent."""
+
+    def __init__(self, base: FakeRunner, argv: Sequence[str]) -> None:
+        super().__init__(dict(base.answers), base.default)
+        self.dies_at = tuple(argv)
+
+    def __call__(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
+        if tuple(argv) == self.dies_at:
+            raise Killed(9)
+        return super().__call__(argv, timeout_s)
+
+
+def _daemon(tmp_path: Path, runner: FakeRunner, **values: Any) -> Daemon:
+    config = _config(tmp_path, **values)
+    return Daemon(lambda: config, runner=runner, clock=lambda: NOW)
+
+
+def _intents(tmp_path: Path) -> list[IntentRow]:
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'slurm-rl.sqlite'}")
+    try:
+        with store.session() as session:
+            return list(session.scalars(select(IntentRow).order_by(IntentRow.id)))
+    finally:
+        store.engine.dispose()
+
+
+def _decisions(tmp_path: Path, job_id: str) -> list[DecisionRow]:
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'slurm-rl.sqlite'}")
+    try:
+        return store.decisions_for("linux", job_id) or store.decisions_for("slurm", job_id)
+    finally:
+        store.engine.dispose()
+
+
+def test_every_call_is_in_the_store_before_it_is_sent(tmp_path: Path) -> None:
+    seen: list[list[tuple[str, str]]] = []
+    base = _runner()
+
+    class Watching(FakeRunner):
+        def __call__(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
+            if tuple(argv[:2]) == ("scontrol", "update"):
+                seen.append([(row.job_id, row.state) for row in _intents(tmp_path)])
+            return super().__call__(argv, timeout_s)
+
+    daemon = _daemon(tmp_path, Watching(dict(base.answers), base.default))
+    assert daemon.run_once().ok
+    daemon.close()
+    assert seen[0] == [("3", "intended"), ("10", "intended")]  # both, before the first call
+    rows = _intents(tmp_path)
+    assert [(r.job_id, r.state, r.slurm_rc) for r in rows] == [("3", APPLIED, 0),
+                                                               ("10", APPLIED, 0)]
+    assert all(r.cycle_id is not None for r in rows)  # recorded by the cycle's row
+    assert rows[0].argv == list(PIN_3)
+
+
+def test_a_kill_between_two_calls_loses_no_decision(tmp_path: Path) -> None:
+    """Job 3's pin went out, the daemon died before sending job 10's; the restarted daemon
+    finds job 3 holding its pin (applied) and job 10 without (not applied), and stores both
+    as decisions that explain, revert and its pin ledger read."""
+    daemon = _daemon(tmp_path, DyingRunner(_runner(), PIN_10))
+    with pytest.raises(Killed):
+        daemon.run_once()
+    assert [(r.job_id, r.state) for r in _intents(tmp_path)] == [("3", "intended"),
+                                                                 ("10", "intended")]
+    after = _runner()
+    after.answer(SQUEUE, _squeue_showing({3: {"required_nodes": "a100-03",
+                                              "eligible_time": int(NOW) - 1}}))
+    restarted = _daemon(tmp_path, after)
+    assert restarted.run_once().ok
+    restarted.close()
+    states = {r.job_id: (r.state, r.slurm_answer) for r in _intents(tmp_path)[:2]}
+    assert states["3"] == (APPLIED, None)
+    assert states["10"][0] == NOT_APPLIED
+    assert "ReqNodeList=" in (states["10"][1] or "")
+    recovered = [d for d in _decisions(tmp_path, "3") if (d.details or {}).get("recovered")]
+    assert len(recovered) == 1 and recovered[0].slurm_rc == 0
+    assert recovered[0].argv == list(PIN_3) and recovered[0].nodes == "a100-03"
+    # The restarted daemon knew job 3's pin was its own: it did not pin it again.
+    assert not any(argv[:3] == ("scontrol", "update", "JobId=3") and "ReqNodeList=a100-03"
+                   in argv for argv in after.argvs)
+
+
+def test_a_kill_after_the_calls_before_the_record_loses_no_decision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon = _daemon(tmp_path, _runner())
+
+    def dies(*_args: Any, **_kwargs: Any) -> int:
+        raise Killed(9)
+
+    monkeypatch.setattr(daemon.store, "record_cycle", dies)
+    with pytest.raises(Killed):
+        daemon.run_once()
+    monkeypatch.undo()
+    rows = _intents(tmp_path)
+    assert [(r.state, r.cycle_id) for r in rows] == [(APPLIED, None), (APPLIED, None)]
+    restarted = _daemon(tmp_path, _runner())
+    assert restarted.run_once().ok
+    restarted.close()
+    assert all(r.cycle_id is not None for r in _intents(tmp_path))
+    for job_id in ("3", "10"):
+        sent = [d for d in _decisions(tmp_path, job_id) if d.argv and d.slurm_rc == 0]
+        assert sent, f"job {job_id}'s pin is in no decision row"
+
+
+def test_explain_shows_a_recovered_call(tmp_path: Path) -> None:
+    daemon = _daemon(tmp_path, DyingRunner(_runner(), PIN_10))
+    with pytest.raises(Killed):
+        daemon.run_once()
+    _daemon(tmp_path, _runner()).close()  # start-up alone does not recover: a cycle does
+    restarted = _daemon(tmp_path, _runner())
+    assert restarted.run_once().ok
+    restarted.close()
+    conf = tmp_path / "daemon.toml"
+    conf.write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
+    result = CliRunner().invoke(main, ["explain", "10", "--config", str(conf)])
+    assert result.exit_code == 0, result.output
+    assert "after a restart" in result.output and "not_applied" in result.output
+
+
+def test_slurm_refusing_a_pin_is_recorded_as_refused_with_its_message(tmp_path: Path) -> None:
+    runner = _runner()
+    message = "Requested node configuration is not available for job 3"
+    runner.answer(PIN_3, rc=1, stderr=message + "\n")
+    daemon = _daemon(tmp_path, runner)
+    assert daemon.run_once().ok
+    daemon.close()
+    row = next(r for r in _intents(tmp_path) if r.job_id == "3")
+    assert (row.state, row.slurm_rc) == (REFUSED, 1)
+    assert row.slurm_answer == "Requested node configuration is not available"
+    stored = _decisions(tmp_path, "3")[-1]
+    assert stored.slurm_answer == "rejected: Requested node configuration is not available"
+
+
+def test_a_call_without_an_answer_is_checked_on_the_next_cycle(tmp_path: Path) -> None:
+    runner = _runner()
+    runner.fail(PIN_3, SlurmTimeoutError(PIN_3, 15))
+    daemon = _daemon(tmp_path, runner)
+    daemon.run_once()
+    row = next(r for r in _intents(tmp_path) if r.job_id == "3")
+    assert row.state == UNANSWERED
+    gone = json.loads(fixture_text("22.05", "squeue.json"))
+    gone["jobs"] = [job for job in gone["jobs"] if job["job_id"] != 3]
+    runner.answer(SQUEUE, json.dumps(gone))
+    daemon.run_once()
+    daemon.close()
+    row = next(r for r in _intents(tmp_path) if r.job_id == "3")
+    assert row.state == UNKNOWN
+    assert "left the queue" in (row.slurm_answer or "")
+
+
+def test_shadow_mode_writes_no_journal(tmp_path: Path) -> None:
+    daemon = _daemon(tmp_path, _runner(), mode="shadow")
+    assert daemon.run_once().ok
+    daemon.close()
+    assert _intents(tmp_path) == []

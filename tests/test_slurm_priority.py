@@ -1,0 +1,141 @@
+"""Priority churn bounds: tolerance, hourly rate and cap per cycle (slurm/priority.py), and
+the actuator holding a churning policy to at most N priority changes per job and hour."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurm_rl.core import Decision
+from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
+from slurm_rl.slurm.client import CliSlurmClient
+from slurm_rl.slurm.priority import (
+    CAP,
+    RATE,
+    TOLERANCE,
+    PriorityLimits,
+    assign_priorities,
+    plan_priorities,
+)
+from slurm_rl.slurm.proc import CommandResult
+from slurm_rl.slurm.source import SlurmSource
+from tests.slurm.fakes import fixture_text, recorded_cluster
+
+FLOOR = 1000
+
+
+def _changes(plan_wanted: dict[str, int], current: dict[str, int | None]) -> set[str]:
+    return {job for job, value in plan_wanted.items() if current.get(job) != value}
+
+
+def test_without_limits_the_plan_is_the_plain_assignment() -> None:
+    current: dict[str, int | None] = {"a": 1002, "b": 1001, "c": 1000}
+    ranking = ["c", "b", "a"]
+    plan = plan_priorities(ranking, current, FLOOR, PriorityLimits())
+    assert plan.wanted == assign_priorities(ranking, current, FLOOR)
+    assert plan.withheld == {}
+
+
+def test_a_job_one_place_from_its_rank_keeps_its_priority() -> None:
+    current: dict[str, int | None] = {"a": 1003, "b": 1002, "c": 1001, "d": 1000}
+    swapped = ["b", "a", "c", "d"]  # a and b trade places
+    strict = plan_priorities(swapped, current, FLOOR, PriorityLimits())
+    assert _changes(strict.wanted, current) == {"b"}
+    tolerant = plan_priorities(swapped, current, FLOOR, PriorityLimits(tolerance_ranks=1))
+    assert _changes(tolerant.wanted, current) == set()
+    assert tolerant.withheld == {"b": TOLERANCE}
+
+
+def test_a_job_far_from_its_rank_moves_despite_the_tolerance() -> None:
+    current: dict[str, int | None] = {j: 1010 - i for i, j in enumerate("abcdefgh")}
+    ranking = ["h", *"abcdefg"]  # the last job goes first: seven places
+    plan = plan_priorities(ranking, current, FLOOR, PriorityLimits(tolerance_ranks=2))
+    assert plan.wanted["h"] > max(v for v in current.values() if v is not None)
+
+
+def test_a_new_job_always_gets_its_priority_under_the_tolerance() -> None:
+    current: dict[str, int | None] = {"a": 1001, "b": 1000, "new": 5}
+    plan = plan_priorities(["a", "new", "b"], current, FLOOR, PriorityLimits(tolerance_ranks=5))
+    assert "new" in _changes(plan.wanted, current)
+
+
+def test_a_job_over_its_hourly_rate_keeps_its_priority() -> None:
+    current: dict[str, int | None] = {"a": 1001, "b": 1000}
+    plan = plan_priorities(["b", "a"], current, FLOOR, PriorityLimits(updates_per_job_hour=2),
+                           may_change=lambda job: job != "b")
+    assert plan.withheld == {"b": RATE}
+    assert "b" not in plan.wanted
+
+
+def test_the_cap_keeps_the_highest_ranked_changes() -> None:
+    ranking = [f"j{i}" for i in range(10)]
+    plan = plan_priorities(ranking, {}, FLOOR, PriorityLimits(per_cycle=3))
+    assert _changes(plan.wanted, {}) == {"j0", "j1", "j2"}
+    assert Counter(plan.withheld.values()) == {CAP: 7}
+    values = [plan.wanted[j] for j in ("j0", "j1", "j2")]
+    assert values == sorted(values, reverse=True) and len(set(values)) == 3
+
+
+job_ids = st.lists(st.sampled_from([f"j{i}" for i in range(30)]), unique=True, max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ranking=job_ids, seed=st.integers(0, 2**16), tolerance=st.integers(0, 4),
+       cap=st.one_of(st.none(), st.integers(1, 10)), frozen=st.sets(st.integers(0, 29)))
+def test_the_limits_hold_and_the_changed_jobs_stay_in_order(
+    ranking: list[str], seed: int, tolerance: int, cap: int | None, frozen: set[int]
+) -> None:
+    rng = random.Random(seed)
+    current: dict[str, int | None] = {j: rng.choice([None, 1, rng.randint(FLOOR, FLOOR + 60)])
+                                      for j in ranking}
+    rated = {f"j{i}" for i in frozen}
+    limits = PriorityLimits(tolerance, 2, cap)
+    plan = plan_priorities(ranking, current, FLOOR, limits, lambda job: job not in rated)
+    changed = [j for j in ranking if j in _changes(plan.wanted, current)]
+    assert not set(changed) & rated, "a job over its rate changed"
+    assert cap is None or len(changed) <= cap
+    assert set(plan.wanted) | set(plan.withheld) == set(ranking)
+    moved = [plan.wanted[j] for j in ranking if j in plan.wanted]
+    assert moved == sorted(moved, reverse=True) and len(set(moved)) == len(moved)
+    assert all(v >= FLOOR for v in moved)
+
+
+def test_a_policy_reversing_its_ranking_every_cycle_is_held_to_the_hourly_rate() -> None:
+    """The churn of issue 19 (10-47 updates a cycle on a static queue): a ranking that flips
+    every 5-s cycle for an hour sends each job at most two priority changes."""
+    runner = recorded_cluster("22.05")
+    runner.default = CommandResult((), 0, "", "")
+    doc = json.loads(fixture_text("22.05", "squeue.json"))
+    clock = [1795970565.0]
+    source = SlurmSource(CliSlurmClient(runner=runner), clock=lambda: clock[0])
+    limits = PriorityLimits(tolerance_ranks=0, updates_per_job_hour=2, per_cycle=200)
+    actuator = SlurmActuator(CliSlurmClient(runner=runner),
+                             ActuatorConfig(mode=Mode.ADVISE, priority_limits=limits),
+                             source=source, clock=lambda: clock[0])
+    sent: Counter[str] = Counter()
+    for cycle in range(720):
+        snapshot = source.snapshot()
+        pending = [job.job_id for job in snapshot.pending]
+        ranking = tuple(pending if cycle % 2 else reversed(pending))
+        report = actuator.apply(Decision("flip", ranking))
+        for outcome in report.outcomes:
+            if outcome.sent and any(arg.startswith("Priority=") for arg in outcome.argv):
+                sent[outcome.job_id] += 1
+                _show_priority(doc, outcome.job_id, outcome.argv)
+        runner.answer(("squeue", "--json"), json.dumps(doc))
+        clock[0] += 5.0
+    assert sent and max(sent.values()) <= 2
+
+
+def _show_priority(doc: dict[str, object], job_id: str, argv: tuple[str, ...]) -> None:
+    """What Slurm shows after the update: the job holds the priority sent."""
+    value = next(int(a.split("=", 1)[1]) for a in argv if a.startswith("Priority="))
+    jobs = doc["jobs"]
+    assert isinstance(jobs, list)
+    for job in jobs:
+        if str(job["job_id"]) == job_id:
+            job["priority"] = value
