@@ -19,6 +19,7 @@ from slurm_rl.slurm.actuator import (
     Mode,
     SlurmActuator,
     Update,
+    classify_error,
     outcomes_for,
     slurm_time,
 )
@@ -280,3 +281,16 @@ def test_without_a_source_the_actuator_asks_slurm_itself() -> None:
     actuator.apply(Decision("p", (ROLES["pending_prio"],)))
     assert ("squeue", "--json") in runner.argvs
     assert _updates(runner)[-1][-1] == "StartTime=now"
+
+
+@pytest.mark.parametrize(("message", "kind"), [
+    # Slurm 22.05.8's own words (measured on the dev cluster)
+    ("Invalid job id specified", "vanished"),
+    ("Job has already finished", "vanished"),
+    ("Invalid node name specified", "rejected"),
+    ("Invalid job ID 121,133", "rejected"),  # a job list for a one-job field: the call
+    ("scontrol: error: Invalid Priority value: abc", "rejected"),
+    ("`scontrol update` did not answer within 15 s", "timeout"),
+])
+def test_slurm_errors_are_classified_by_their_cause(message: str, kind: str) -> None:
+    assert classify_error(message) == kind

@@ -24,6 +24,7 @@ from slurm_rl.slurm.proc import CommandResult, is_unreachable
 from slurm_rl.slurm.records import SlurmJob, numeric_id
 from slurm_rl.slurm.source import SlurmState
 
+_WHOLE_LIST = re.compile(r"invalid job id \d+(?:_\d+)?,")
 _FOR_JOB = re.compile(r"^(?P<message>.*?)\s+for job (?P<job>\d+(?:_\d+)?)\s*$")
 
 class Mode(enum.Enum):
@@ -324,7 +325,14 @@ def _hold_updates(
 
 
 def classify_error(message: str) -> str:
+    """The cause of a refused call, from Slurm's message (measured on 22.05.8: ``Invalid job
+    id specified`` and ``Job has already finished`` for a job that is gone, ``Invalid node
+    name specified`` for a node list Slurm refuses). A whole job list refused at once
+    (``Invalid job ID 1,2``: a field Slurm takes for one job only) is a refusal of the call,
+    not a vanished job."""
     text = message.lower()
+    if _WHOLE_LIST.search(text):
+        return "rejected"
     if "invalid job id" in text or "already finished" in text or "no longer pending" in text:
         return "vanished"
     if "permission denied" in text or "invalid user id" in text or "access" in text:

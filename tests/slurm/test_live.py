@@ -6,13 +6,18 @@ hand so each test knows exactly what Slurm must do; everything is read back from
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from slurm_rl.core import ClusterSnapshot, Decision, Placement
 from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
 from slurm_rl.slurm.deferral import deferred_until
 from slurm_rl.slurm.source import SlurmSource
+from slurm_rl.store.journal import StoreJournal
+from slurm_rl.store.models import IntentRow
+from slurm_rl.store.repository import Store
 from tests.slurm.live import LiveCluster
 
 pytestmark = pytest.mark.slurm
@@ -239,3 +244,26 @@ def test_two_jobs_pinned_to_one_node_in_one_cycle_both_get_their_pin(live: LiveC
     for job_id in placements:
         job = live.wait_state(job_id, "RUNNING", timeout_s=live.window_s + SCHED_SLACK_S)
         assert job.nodes == (node,), job_id
+
+
+def test_a_pin_slurm_refuses_is_journaled_as_refused_with_slurms_message(
+    live: LiveCluster, tmp_path: Path
+) -> None:
+    """Issue 19: a refused call is recorded as refused, with Slurm's own words (measured on
+    22.05.8: ``Invalid node name specified for job N``), not as a vanished job."""
+    job_id = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10")
+    source = SlurmSource(live.client)
+    source.snapshot()
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    actuator = SlurmActuator(live.client, ActuatorConfig(mode=Mode.ENFORCE), source=source,
+                             journal=StoreJournal(lambda: store))
+    placements = {job_id: Placement(("no-such-node",), (1,))}  # past any guard, as a bug would
+    report = actuator.apply(Decision("test", (job_id,), placements))
+    outcome = report.outcome(job_id)
+    assert outcome is not None and (outcome.sent, outcome.error_kind) == (True, "rejected")
+    with store.session() as session:
+        (entry,) = session.scalars(select(IntentRow)).all()
+    assert (entry.job_id, entry.state) == (job_id, "refused")
+    assert entry.slurm_answer == "Invalid node name specified"
+    assert live.job(job_id).required_nodes == ()  # Slurm kept the job as it was
+    store.engine.dispose()
