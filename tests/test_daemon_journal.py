@@ -217,3 +217,17 @@ def test_shadow_mode_writes_no_journal(tmp_path: Path) -> None:
     assert daemon.run_once().ok
     daemon.close()
     assert _intents(tmp_path) == []
+
+
+def test_a_restarted_daemon_keeps_counting_its_hourly_priority_changes(tmp_path: Path) -> None:
+    """Job 10 got Priority=1000 from the first run; Slurm still shows it lower (say someone
+    reset it), and the limit is one change an hour: the restarted daemon sends none."""
+    first = _daemon(tmp_path, _runner(), priority_updates_per_job_hour=1)
+    assert first.run_once().ok
+    first.close()
+    runner = _runner()
+    restarted = _daemon(tmp_path, runner, priority_updates_per_job_hour=1)
+    assert restarted.run_once().ok
+    restarted.close()
+    to_job_10 = [argv for argv in runner.argvs if argv[:3] == ("scontrol", "update", "JobId=10")]
+    assert to_job_10 and not any(a.startswith("Priority=") for argv in to_job_10 for a in argv)

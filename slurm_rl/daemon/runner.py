@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import TypeVar
 
 from alembic.util import CommandError
 from sqlalchemy.exc import SQLAlchemyError
@@ -45,13 +46,13 @@ from slurm_rl.retrain.follow import ModelFollower
 from slurm_rl.retrain.schedule import RetrainSchedule, schedule_settings, start_schedule
 from slurm_rl.safefile import UnsafePathError, require_private_dir
 from slurm_rl.slurm import deferral
-from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
+from slurm_rl.slurm.actuator import ActuatorConfig, Mode, PriorityRecall, SlurmActuator
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.ownership import Recall, pin_ledger
 from slurm_rl.slurm.priority import PriorityLimits
 from slurm_rl.slurm.proc import Runner, make_runner
 from slurm_rl.slurm.source import SlurmSource, SourceConfig
-from slurm_rl.store.exclusions import last_exclusions, last_pins
+from slurm_rl.store.exclusions import last_exclusions, last_pins, recent_priority_changes
 from slurm_rl.store.journal import StoreJournal
 from slurm_rl.store.repository import Store, shown_url
 
@@ -61,6 +62,7 @@ ConfigLoader = Callable[[], DaemonConfig]
 HeartbeatFactory = Callable[[DaemonConfig], Heartbeat]
 # What the daemon last set on jobs, from its store (slurm_rl/store/exclusions.py).
 LastValues = Callable[[Store, str, Sequence[str]], dict[str, str]]
+_T = TypeVar("_T")
 
 
 class DaemonError(SlurmRLError):
@@ -251,7 +253,8 @@ class Daemon:
         )
         actuator = SlurmActuator(client, actuator_config, source=source, clock=self._clock,
                                  recall=self._recall_for(source, last_exclusions, "exclusions"),
-                                 pins=source.pins, journal=StoreJournal(lambda: self.store))
+                                 pins=source.pins, journal=StoreJournal(lambda: self.store),
+                                 priority_recall=self._priority_recall_for(source))
         heartbeat = self._heartbeat_factory(config)
         version = model_version(config.policy, config.policy_bundle, is_learned(config.policy))
         accounting = AccountingReader(
@@ -262,21 +265,30 @@ class Daemon:
 
     def _recall_for(self, source: SlurmSource, read: LastValues, what: str) -> Recall:
         """What the daemon set before a restart (its ``what``), from the store it records to
-        (see slurm_rl/store/exclusions.py); None, and asked again next cycle, if it cannot
-        say. ``self.store`` is read at each call: a reload may have opened another."""
+        (see slurm_rl/store/exclusions.py)."""
+        return lambda job_ids: self._from_store(
+            source, what, lambda store, cluster: read(store, cluster, job_ids))
 
-        def recall(job_ids: Sequence[str]) -> dict[str, str] | None:
-            state = source.last_state
-            if state is None:
-                return None
-            try:
-                return read(self.store, source.cluster_name(state), job_ids)
-            except SQLAlchemyError as exc:
-                log.warning("cannot read the daemon's earlier %s from the store: %s", what,
-                            one_line(exc))
-                return None
+    def _priority_recall_for(self, source: SlurmSource) -> PriorityRecall:
+        """The Priority changes this daemon sent before a restart (its hourly rate)."""
+        return lambda job_ids, since: self._from_store(
+            source, "priority changes",
+            lambda store, cluster: recent_priority_changes(store, cluster, job_ids, since))
 
-        return recall
+    def _from_store(self, source: SlurmSource, what: str, read: Callable[[Store, str], _T]
+                    ) -> _T | None:
+        """``read`` on the store for the source's cluster; None, and asked again next cycle,
+        if it cannot say. ``self.store`` is read at each call: a reload may have opened
+        another."""
+        state = source.last_state
+        if state is None:
+            return None
+        try:
+            return read(self.store, source.cluster_name(state))
+        except SQLAlchemyError as exc:
+            log.warning("cannot read the daemon's earlier %s from the store: %s", what,
+                        one_line(exc))
+            return None
 
     def _open_store(self, config: DaemonConfig) -> Store:
         check_private_dirs(config)

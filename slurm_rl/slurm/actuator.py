@@ -59,8 +59,12 @@ from slurm_rl.slurm.source import SlurmSource, SlurmState, to_core_job
 log = logging.getLogger(__name__)
 
 HOUR_S = 3600.0
+# When the daemon's accepted Priority changes of these jobs were sent since a time (from its
+# store, after a restart); None when it cannot say now (asked again next cycle).
+PriorityRecall = Callable[[Sequence[str], float], dict[str, list[float]] | None]
 # Names the rest of the package and the tests take from here (defined in plan.py).
 __all__ = ["BATCHABLE_FIELDS", "ActuationReport", "ActuatorConfig", "JobOutcome", "Mode",
+           "PriorityRecall",
            "SlurmActuator", "Update", "before_values", "classify_error", "outcomes_for",
            "per_job_errors", "plan", "slurm_time"]
 
@@ -106,6 +110,7 @@ class SlurmActuator:
         recall: Recall | None = None,
         pins: Ledger | None = None,
         journal: Journal | None = None,
+        priority_recall: PriorityRecall | None = None,
     ) -> None:
         self.client = client
         self.config = config or ActuatorConfig()
@@ -116,6 +121,8 @@ class SlurmActuator:
         # When each job's accepted Priority changes were sent (the hourly rate), and when
         # each pending job got the pin it holds (how long pinned jobs wait to start).
         self._priority_sent: dict[str, list[float]] = {}
+        # Asked once (until it answers) for the changes an earlier run of the daemon sent.
+        self._priority_recall = priority_recall
         self._pinned_at: dict[str, float] = {}
         self._intents: list[int] = []
         self._settlements: list[Settlement] = []
@@ -350,6 +357,13 @@ class SlurmActuator:
         """Whether a job is still under its hourly number of priority changes."""
         limit = self.config.priority_limits.updates_per_job_hour
         since = state.time - HOUR_S
+        if self._priority_recall is not None and limit is not None:
+            earlier = self._priority_recall(list(state.managed), since)
+            if earlier is not None:
+                self._priority_recall = None
+                for job, times in earlier.items():
+                    known = self._priority_sent.setdefault(job, [])
+                    known[:0] = [t for t in times if t not in known]
         self._priority_sent = {job: kept for job, times in self._priority_sent.items()
                                if job in state.managed
                                and (kept := [t for t in times if t > since])}
@@ -379,6 +393,7 @@ class SlurmActuator:
         self.exclusions.inherit(previous.exclusions)
         self.pins.inherit(previous.pins)
         self._priority_sent = {**previous._priority_sent, **self._priority_sent}
+        self._priority_recall = previous._priority_recall
         self._pinned_at = {**previous._pinned_at, **self._pinned_at}
 
 

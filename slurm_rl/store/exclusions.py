@@ -18,11 +18,12 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from sqlalchemy import select
 
-from slurm_rl.store.models import DecisionRow
+from slurm_rl.store.models import CycleRow, DecisionRow
 from slurm_rl.store.repository import Store, job_key
 
 EXCLUDED = "ExcNodeList"
 REQUIRED = "ReqNodeList"
+PRIORITY = "Priority"
 REVERT = "revert"  # the action slurm-rl revert stores its own calls under (ops/revert.py)
 # Job keys per query: well under SQLite's smallest bound-parameter limit (999).
 CHUNK = 500
@@ -85,3 +86,25 @@ def last_pins(store: Store, cluster: str, job_ids: Iterable[str]) -> dict[str, s
     """Per job id, the ``ReqNodeList`` the daemon last set with success: a placement's or a
     move's pin (``""``: cleared); jobs it never pinned are absent."""
     return last_values(store, cluster, job_ids, REQUIRED)
+
+
+def recent_priority_changes(store: Store, cluster: str, job_ids: Iterable[str], since: float
+                            ) -> dict[str, list[float]]:
+    """Per job id, when (cycle snapshot times after ``since``) the daemon's ``Priority``
+    changes were accepted: a restarted daemon keeps counting its hourly rate
+    (slurm_rl/slurm/priority.py) from them."""
+    keys = {job_key(cluster, job_id): job_id for job_id in job_ids}
+    found: dict[str, list[float]] = {}
+    ordered = sorted(keys)
+    with store.session() as session:
+        for start in range(0, len(ordered), CHUNK):
+            query = (select(DecisionRow.job_key, DecisionRow.argv, CycleRow.snapshot_time)
+                     .join(CycleRow, DecisionRow.cycle_id == CycleRow.id)
+                     .where(DecisionRow.job_key.in_(ordered[start:start + CHUNK]),
+                            DecisionRow.slurm_rc == 0, DecisionRow.argv.is_not(None),
+                            CycleRow.snapshot_time > since)
+                     .order_by(DecisionRow.id))
+            for key, argv, at in session.execute(query):
+                if field_value(argv, PRIORITY) is not None:
+                    found.setdefault(keys[key], []).append(at)
+    return found
