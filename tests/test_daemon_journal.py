@@ -231,3 +231,28 @@ def test_a_restarted_daemon_keeps_counting_its_hourly_priority_changes(tmp_path:
     restarted.close()
     to_job_10 = [argv for argv in runner.argvs if argv[:3] == ("scontrol", "update", "JobId=10")]
     assert to_job_10 and not any(a.startswith("Priority=") for argv in to_job_10 for a in argv)
+
+
+def test_the_log_lines_and_explain_number_cycles_and_ranks_alike(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 19 (8): the JSON line's cycle was the store's id and the INFO line's the
+    process's count; explain's ranks were 1-based and the JSON's 0-based."""
+    first = _daemon(tmp_path, _runner())
+    assert first.run_once().ok
+    first.close()
+    caplog.set_level("INFO")
+    restarted = _daemon(tmp_path, _runner(), mode="advise")  # a new process: count restarts
+    assert restarted.run_once().ok
+    restarted.close()
+    lines = [r.getMessage() for r in caplog.records]
+    (info,) = [line for line in lines if line.startswith("cycle ")]
+    decisions = [json.loads(line) for line in lines if line.startswith('{"event":"decision"')]
+    assert decisions and {d["cycle"] for d in decisions} == {int(info.split()[1])} == {2}
+    job = decisions[0]
+    conf = tmp_path / "daemon.toml"
+    conf.write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
+    shown = CliRunner().invoke(main, ["explain", job["job"], "--config", str(conf), "--json"])
+    assert shown.exit_code == 0, shown.output
+    last = json.loads(shown.output)["decisions"][-1]
+    assert (last["cycle"], last["rank"]) == (2, job["rank"]) and job["rank"] >= 1
