@@ -21,6 +21,7 @@ from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.daemon.runner import Daemon
 from slurm_rl.journal import APPLIED, NOT_APPLIED, REFUSED, UNANSWERED, UNKNOWN
 from slurm_rl.slurm.errors import SlurmTimeoutError
+from slurm_rl.slurm.priority import STEP
 from slurm_rl.slurm.proc import CommandResult
 from slurm_rl.store.models import DecisionRow, IntentRow
 from slurm_rl.store.repository import Store
@@ -29,8 +30,9 @@ from tests.slurm.fakes import FakeRunner, fixture_text, recorded_cluster
 NOW = 1795970505.0 + 60
 SQUEUE = ("squeue", "--json")
 PIN_3 = ("scontrol", "update", "JobId=3", "ReqNodeList=a100-03", "NumNodes=1-1", "StartTime=now")
+# Job 3 keeps the 5000 it has; job 10, ranked below it, gets one STEP less.
 PIN_10 = ("scontrol", "update", "JobId=10", "ReqNodeList=a100-[01-02]", "NumNodes=2-2",
-          "Priority=1000", "StartTime=now")
+          f"Priority={5000 - STEP}", "StartTime=now")
 
 
 class Killed(SystemExit):
@@ -220,7 +222,7 @@ def test_shadow_mode_writes_no_journal(tmp_path: Path) -> None:
 
 
 def test_a_restarted_daemon_keeps_counting_its_hourly_priority_changes(tmp_path: Path) -> None:
-    """Job 10 got Priority=1000 from the first run; Slurm still shows it lower (say someone
+    """Job 10 got a priority from the first run; Slurm still shows it lower (say someone
     reset it), and the limit is one change an hour: the restarted daemon sends none."""
     first = _daemon(tmp_path, _runner(), priority_updates_per_job_hour=1)
     assert first.run_once().ok

@@ -25,7 +25,7 @@ from slurm_rl.slurm.actuator import (
 )
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.errors import SlurmTimeoutError
-from slurm_rl.slurm.priority import assign_priorities
+from slurm_rl.slurm.priority import BOTTOM_ROOM, STEP, assign_priorities
 from slurm_rl.slurm.proc import CommandResult
 from slurm_rl.slurm.source import SlurmSource, SlurmState
 from tests.slurm.fakes import FakeRunner, fixture_text, recorded_answer, recorded_cluster
@@ -64,26 +64,43 @@ def _updates(runner: FakeRunner) -> list[tuple[str, ...]]:
 
 def test_priorities_follow_the_ranking() -> None:
     got = assign_priorities(["a", "b", "c"], {}, floor=1000)
-    assert got == {"a": 1002, "b": 1001, "c": 1000}
+    base = 1000 + BOTTOM_ROOM  # room below for later arrivals
+    assert got == {"a": base + 2 * STEP, "b": base + STEP, "c": base}
 
 
 def test_priorities_keep_values_that_are_already_in_order() -> None:
-    current = {"a": 1500, "b": 1200, "c": 1}
-    assert assign_priorities(["a", "b", "c"], current, floor=1000) == {
-        "a": 1500,
-        "b": 1200,
-        "c": 1000,
-    }
+    current: dict[str, int | None] = {"a": 1500, "b": 1200, "c": 1}
+    got = assign_priorities(["a", "b", "c"], current, floor=1000)
+    assert (got["a"], got["b"]) == (1500, 1200) and 1000 <= got["c"] < 1200
     # A new job on top costs one update; the others keep theirs.
     current = {"a": 1500, "b": 1200, "c": 1000}
-    assert assign_priorities(["new", "a", "b", "c"], current, floor=1000)["new"] == 1501
+    got = assign_priorities(["new", "a", "b", "c"], current, floor=1000)
+    assert got == {**current, "new": 1500 + STEP}
+
+
+def test_a_fifo_arrival_at_the_bottom_moves_nobody_else() -> None:
+    """The old walk gave the bottom job the floor and moved every job above it up by one:
+    one new FIFO job cost an update per pending job."""
+    current: dict[str, int | None] = assign_priorities([f"j{i}" for i in range(50)], {}, 1000)
+    for n in range(50, 60):
+        ranking = [f"j{i}" for i in range(n + 1)]
+        got = assign_priorities(ranking, current, floor=1000)
+        assert {job for job in ranking if got[job] != current.get(job)} == {f"j{n}"}
+        current = dict(got)
+
+
+def test_a_job_moving_between_two_others_moves_alone() -> None:
+    current: dict[str, int | None] = {"a": 1300, "b": 1200, "c": 1100, "d": 1000}
+    got = assign_priorities(["a", "d", "b", "c"], current, floor=1000)
+    assert {job for job in got if got[job] != current[job]} == {"d"}
+    assert 1200 < got["d"] < 1300
 
 
 def test_priorities_fix_an_inversion_and_renumber_near_the_ceiling() -> None:
     got = assign_priorities(["low", "high"], {"low": 1000, "high": 1500}, floor=1000)
     assert got["low"] > got["high"] >= 1000
     near = assign_priorities(["a", "b"], {"b": 99}, floor=10, ceiling=100)
-    assert near == {"a": 11, "b": 10}
+    assert 100 > near["a"] > near["b"] >= 10
 
 
 # -- advise -------------------------------------------------------------------------------
@@ -96,7 +113,7 @@ def test_advise_orders_and_releases_only() -> None:
     report = actuator.apply(Decision("p", (top, below), placements))
     # pending_prio already has 5000 (>= floor), so only the new top job gets a priority.
     assert _updates(runner) == [
-        ("scontrol", "update", f"JobId={top}", "Priority=5001", "StartTime=now"),
+        ("scontrol", "update", f"JobId={top}", f"Priority={5000 + STEP}", "StartTime=now"),
         ("scontrol", "update", f"JobId={below}", "StartTime=now"),
     ]
     assert [o.kind for o in report.outcomes] == ["release", "release"]

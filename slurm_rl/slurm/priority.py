@@ -1,10 +1,12 @@
 """Slurm priorities that reproduce a ranking while changing as few jobs as possible.
 
-Every ``scontrol update`` costs an RPC (~6 ms), and a stable queue should cost none. Walking
-the ranking from the bottom, a job keeps the priority it has when that is already above the
-job ranked below it (and at least ``floor``, i.e. one we set); otherwise it gets one more
-than that job. Values only grow, so they are renumbered from ``floor`` when they near the
-top of Slurm's 32-bit range.
+Every ``scontrol update`` costs an RPC (~6 ms), and a stable queue should cost none. The
+longest run of ranked jobs whose priorities of ours (at least ``floor``) already decrease
+along the ranking keeps them: that is the fewest jobs that must change. Every other job gets
+a value in the gap between its kept neighbours; fresh values are ``STEP`` apart, so a job
+that arrives later (FIFO: at the bottom) or moves between two others fits in without moving
+them. A gap with no room gives up its kept neighbour (which moves too). Values are renumbered
+from ``floor`` when they near the top of Slurm's 32-bit range.
 
 A policy whose ranking moves a little every cycle (a learned one scores waiting time) would
 still send a stream of updates, so :func:`plan_priorities` holds some changes back
@@ -22,11 +24,17 @@ and the held job sits where its old value puts it.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 # Slurm priorities are uint32 and 0xFFFFFFFE/0xFFFFFFFF are sentinels; stay well below.
 PRIORITY_CEILING = 2**31
+# The room left between fresh values: a job later ranked between two others fits in between.
+STEP = 100
+# Where a fresh numbering puts its lowest job above the floor: room for ~10,000 later jobs
+# ranked below every other (FIFO's arrivals) before a gap runs out and a neighbour moves.
+BOTTOM_ROOM = 2**20
 TOLERANCE, RATE, CAP = "tolerance", "rate", "cap"
 
 
@@ -54,7 +62,7 @@ def assign_priorities(
 ) -> dict[str, int]:
     """Strictly decreasing priorities along ``ranking`` (first = highest), all >= ``floor``."""
     wanted, top = _walk(ranking, current, floor, ceiling, frozenset())
-    return renumber(ranking, floor) if top >= ceiling else wanted
+    return renumber(ranking, floor, ceiling) if top >= ceiling else wanted
 
 
 def plan_priorities(
@@ -68,7 +76,7 @@ def plan_priorities(
     """The priorities to hold, with ``limits`` applied (module docstring)."""
     wanted, top = _walk(ranking, current, floor, ceiling, frozenset())
     if top >= ceiling:  # renumbering is rare and must be whole: no limit applies
-        return PriorityPlan(renumber(ranking, floor))
+        return PriorityPlan(renumber(ranking, floor, ceiling))
     withheld = {job: RATE for job in _changes(ranking, wanted, current) if not may_change(job)}
     withheld.update({job: TOLERANCE for job in _tolerated(ranking, current, wanted, floor,
                                                           ceiling, limits.tolerance_ranks)
@@ -94,19 +102,90 @@ def _walk(
     ceiling: int,
     held: Collection[str],
 ) -> tuple[dict[str, int], int]:
-    """From the bottom of ``ranking``, each job not ``held`` keeps its priority when it is
-    above the job below it, else gets one more; returns the values and the highest one."""
-    wanted: dict[str, int] = {}
-    below = floor - 1
-    for job_id in reversed(ranking):
-        if job_id in held:
+    """Values for the jobs of ``ranking`` not ``held``: the longest run of jobs whose
+    priorities of ours already decrease along the ranking keeps them (the fewest changes),
+    and every other job gets a value in the gap between its kept neighbours; returns the
+    values and the highest one (``ceiling`` or more: renumber)."""
+    active = [job for job in ranking if job not in held]
+    ours = {job: value for job in active
+            if (value := current.get(job)) is not None and _is_ours(value, floor, ceiling)}
+    kept = _longest_decreasing(active, ours)
+    while True:
+        wanted = _fill_gaps(active, ours, kept, floor, ceiling)
+        if isinstance(wanted, dict):
+            return wanted, max(wanted.values(), default=floor - 1)
+        kept.discard(wanted)  # that gap is too narrow: its kept neighbour moves too
+
+
+def _longest_decreasing(active: Sequence[str], ours: Mapping[str, int]) -> set[str]:
+    """The longest subsequence of ``active`` (ranking order) whose values strictly
+    decrease (patience sorting on the negated values, O(n log n))."""
+    tails: list[int] = []  # tails[k]: smallest last -value of a run of length k+1
+    tail_jobs: list[str] = []
+    parent: dict[str, str | None] = {}
+    for job in active:
+        if job not in ours:
             continue
-        have = current.get(job_id)
-        keep = have is not None and have > below and _is_ours(have, floor, ceiling)
-        value = have if keep and have is not None else below + 1
-        wanted[job_id] = value
-        below = value
-    return wanted, below
+        key = -ours[job]
+        at = bisect.bisect_left(tails, key)
+        parent[job] = tail_jobs[at - 1] if at else None
+        if at == len(tails):
+            tails.append(key)
+            tail_jobs.append(job)
+        else:
+            tails[at], tail_jobs[at] = key, job
+    run: set[str] = set()
+    job_at = tail_jobs[-1] if tail_jobs else None
+    while job_at is not None:
+        run.add(job_at)
+        job_at = parent[job_at]
+    return run
+
+
+def _fill_gaps(active: Sequence[str], ours: Mapping[str, int], kept: set[str], floor: int,
+               ceiling: int) -> dict[str, int] | str:
+    """Values for the jobs between kept ones; or the kept job to give up when a gap has
+    no room (a segment's upper neighbour, else its lower one)."""
+    wanted = {job: ours[job] for job in kept}
+    segment: list[str] = []
+    above: str | None = None
+    for job in [*active, None]:
+        if job is not None and job not in kept:
+            segment.append(job)
+            continue
+        if segment:
+            hi = ours[above] if above is not None else None
+            lo = ours[job] if job is not None else None
+            values = _segment_values(len(segment), lo, hi, floor, ceiling)
+            if values is None:
+                give_up = above if above is not None else job
+                if give_up is None:  # nothing kept and still no room: renumber
+                    return {j: ceiling for j in active}
+                return give_up
+            wanted.update(zip(segment, values, strict=True))
+            segment = []
+        above = job
+    return wanted
+
+
+def _segment_values(k: int, lo: int | None, hi: int | None, floor: int,
+                    ceiling: int) -> list[int] | None:
+    """``k`` strictly decreasing values strictly between ``lo`` and ``hi`` (None: the
+    bottom, i.e. from ``floor``, or the top, i.e. up to ``ceiling``), ``STEP`` apart where
+    there is room, so that later jobs fit in between without moving these."""
+    if hi is None:  # the top of the ranking: as far up as needed
+        base = floor + BOTTOM_ROOM - STEP if lo is None else lo
+        values = [base + STEP * (k - i) for i in range(k)]
+        if values[0] < ceiling:
+            return values
+        hi = ceiling
+    bottom = floor - 1 if lo is None else lo
+    if hi - bottom - 1 < k:
+        return None
+    if lo is None and hi - STEP * k >= floor:  # the bottom: STEP below the lowest kept
+        return [hi - STEP * (i + 1) for i in range(k)]
+    span = hi - bottom
+    return [bottom + (span * (k - i)) // (k + 1) for i in range(k)]
 
 
 def _changes(ranking: Sequence[str], wanted: Mapping[str, int],
@@ -137,6 +216,9 @@ def _tolerated(
             if job in ours and abs(place[job] - rank[job]) <= tolerance]
 
 
-def renumber(ranking: Sequence[str], floor: int) -> dict[str, int]:
+def renumber(ranking: Sequence[str], floor: int, ceiling: int = PRIORITY_CEILING
+             ) -> dict[str, int]:
+    """Every job afresh from ``floor``, ``STEP`` apart (1 apart if that does not fit)."""
     size = len(ranking)
-    return {job_id: floor + size - 1 - i for i, job_id in enumerate(ranking)}
+    step = STEP if floor + STEP * size < ceiling else 1
+    return {job_id: floor + step * (size - 1 - i) for i, job_id in enumerate(ranking)}
