@@ -139,3 +139,21 @@ def _show_priority(doc: dict[str, object], job_id: str, argv: tuple[str, ...]) -
     for job in jobs:
         if str(job["job_id"]) == job_id:
             job["priority"] = value
+
+
+@settings(max_examples=200, deadline=None)
+@given(size=st.integers(2, 60), data=st.data())
+def test_one_job_moved_anywhere_is_the_only_change(size: int, data: st.DataObject) -> None:
+    """On a numbering the daemon made, a policy moving one job (or a new job arriving
+    anywhere) costs one update, not one per job it passes."""
+    ranking = [f"j{i}" for i in range(size)]
+    current: dict[str, int | None] = dict(assign_priorities(ranking, {}, FLOOR))
+    moved = data.draw(st.sampled_from(ranking))
+    rest = [job for job in ranking if job != moved]
+    rest.insert(data.draw(st.integers(0, len(rest))), moved)
+    got = assign_priorities(rest, current, FLOOR)
+    assert {job for job in rest if got[job] != current[job]} <= {moved}
+    values = [got[job] for job in rest]
+    assert values == sorted(values, reverse=True) and len(set(values)) == size
+    arrival = assign_priorities([*rest[:size // 2], "new", *rest[size // 2:]], got, FLOOR)
+    assert {job for job in arrival if arrival[job] != got.get(job)} == {"new"}
