@@ -20,6 +20,8 @@ from slurm_rl.cli import main
 from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.daemon.runner import Daemon
 from slurm_rl.journal import APPLIED, NOT_APPLIED, REFUSED, UNANSWERED, UNKNOWN
+from slurm_rl.ops.revert import changes, revert
+from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.errors import SlurmTimeoutError
 from slurm_rl.slurm.priority import STEP
 from slurm_rl.slurm.proc import CommandResult
@@ -258,3 +260,24 @@ def test_the_log_lines_and_explain_number_cycles_and_ranks_alike(
     assert shown.exit_code == 0, shown.output
     last = json.loads(shown.output)["decisions"][-1]
     assert (last["cycle"], last["rank"]) == (2, job["rank"]) and job["rank"] >= 1
+
+
+def test_revert_undoes_a_call_only_the_journal_saw(tmp_path: Path) -> None:
+    """The daemon died after pinning job 3; once a restarted daemon recovered the call,
+    revert knows to take the pin back off."""
+    daemon = _daemon(tmp_path, DyingRunner(_runner(), PIN_10))
+    with pytest.raises(Killed):
+        daemon.run_once()
+    shown = _squeue_showing({3: {"required_nodes": "a100-03", "eligible_time": int(NOW) - 1}})
+    after = _runner()
+    after.answer(SQUEUE, shown)
+    restarted = _daemon(tmp_path, after, mode="advise")  # advise: it places nothing itself
+    try:
+        assert restarted.run_once().ok
+        found = changes(restarted.store, None, None)
+        assert found["3"].before["ReqNodeList"] == ""  # what Slurm showed before the pin
+        steps = revert(CliSlurmClient(runner=after), found, dry_run=False, now=NOW)
+        (undo,) = [step for step in steps if step.job_id == "3" and step.sent is not None]
+        assert undo.sent is not None and "ReqNodeList=" in undo.sent.argv
+    finally:
+        restarted.close(retire=False)
