@@ -64,3 +64,17 @@ def checkpoint_options(command: F) -> F:
              "placements that move running jobs (rwgp, the dual agent) may migrate them to "
              "faster nodes; the heuristic placements never move one.",
     )(command)
+
+
+def fairness_option(command: F) -> F:
+    """``--fairness-max-wait-ratio``: the fairness guard's bound in a replay (docs/daemon.md,
+    "Fairness and --nice"); by default the daemon's, so a replay ranks as the daemon would."""
+    from slurm_rl.fairness import DEFAULT_MAX_WAIT_RATIO
+
+    return click.option(
+        "--fairness-max-wait-ratio", "fairness_max_wait_ratio", default=None,
+        type=FiniteFloat(min=0.0, max=1_000_000.0),
+        help="Re-rank users round-robin, the most-waiting first, when the most-waiting "
+             "user's mean wait exceeds this multiple of the users' average; 0 = off "
+             f"[default: {DEFAULT_MAX_WAIT_RATIO:g}, the daemon's].",
+    )(command)

@@ -11,6 +11,10 @@
 * JCT lower bound = mean over jobs of the run time on the fastest GPUs the job can use,
   alone, consolidated, on healthy machines, starting at submit: no schedule can beat it.
 * migrations = how many times running jobs were requeued and restarted elsewhere.
+* fairness between users (slurm_rl/fairness.py): each user's mean queueing delay over the
+  measured jobs, then Jain's index J = (Σx)² / (n·Σx²) and the wait ratio max(x) / mean(x)
+  over those means (1 and 1 when even, for one user, or when nobody waited; a trace without
+  user names is one user). ``users`` counts them.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from slurm_rl.fairness import outcome_fairness
 from slurm_rl.simulator.outcomes import JobOutcome, Timeline
 
 BOUNDED_SLOWDOWN_TAU_S = 10.0
@@ -40,6 +45,9 @@ class ScheduleMetrics:
     gpu_hours: float
     jct_lower_bound_s: float
     migrations: int = 0
+    users: int = 1
+    fairness_jain_index: float = 1.0
+    fairness_wait_ratio: float = 1.0
 
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)
@@ -57,6 +65,7 @@ def compute_metrics(
     gpu_seconds = sum(sum(o.gpu_seconds.values()) for o in outcomes)
     first_submit = min(o.job.submit_time for o in outcomes)
     makespan = max(o.end for o in outcomes) - first_submit
+    fairness = outcome_fairness((o.job.user, o.queueing_delay) for o in outcomes)
     return ScheduleMetrics(
         jobs=len(outcomes),
         avg_jct_s=float(jct.mean()),
@@ -71,6 +80,9 @@ def compute_metrics(
         gpu_hours=float(gpu_seconds / 3600.0),
         jct_lower_bound_s=float(np.mean([o.best_runtime for o in outcomes])),
         migrations=sum(o.restarts for o in outcomes),
+        users=fairness.users,
+        fairness_jain_index=fairness.jain_index,
+        fairness_wait_ratio=fairness.wait_ratio,
     )
 
 

@@ -8,6 +8,11 @@ that can also exclude nodes (:class:`~slurm_rl.agents.base.ExcludingPlacement`) 
 each released job it did not place, which nodes Slurm must keep that job off. One that can
 move running jobs (:class:`~slurm_rl.agents.base.MigratingPlacement`) is then offered the GPUs
 no placement took — also when nothing is pending, since that is when fast nodes sit idle.
+
+Between the ordering and the walk sits the ranking step every policy shares
+(:mod:`slurm_rl.fairness`, ``rules``): the fairness guard re-ranks when the waiting users'
+mean waits are too uneven, and each job's ``--nice`` moves it down (or, negative, up). It runs
+the same in every world and for every policy, and the policy never sees it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,14 @@ from slurm_rl.agents.base import (
     PlacementPolicy,
 )
 from slurm_rl.core import ClusterSnapshot, Decision, Job, JobId, Placement
+from slurm_rl.fairness import (
+    RankingRules,
+    Reranking,
+    needs_reranking,
+    rerank,
+    unchanged,
+    waiting_fairness,
+)
 
 Walk = Literal["strict", "greedy"]
 _job_id = attrgetter("job_id")
@@ -32,7 +45,13 @@ _job_id = attrgetter("job_id")
 class Scheduler:
     """``max_ranked`` bounds how many jobs one decision releases, like Slurm's own queue depth
     (``default_queue_depth``, ``bf_max_job_test``): the rest wait for a later cycle, or for
-    Slurm once their deferral ends. It keeps a cycle's cost independent of the queue length."""
+    Slurm once their deferral ends. It keeps a cycle's cost independent of the queue length;
+    the ranking step, when it changes the order, orders every pending job before the cut (a
+    user the policy ranks below the cut must still be able to come forward).
+
+    ``rules`` are the ranking step's (:class:`~slurm_rl.fairness.RankingRules`; the default
+    is the daemon's default, so a replay ranks as the daemon would). ``last_reranking`` says
+    what the step did in the last decision: the users' wait figures, and which jobs moved."""
 
     def __init__(
         self,
@@ -41,11 +60,14 @@ class Scheduler:
         *,
         walk: Walk = "greedy",
         max_ranked: int = 500,
+        rules: RankingRules | None = None,
     ) -> None:
         self.ordering = ordering
         self.placement = placement
         self.walk = walk
         self.max_ranked = max_ranked
+        self.rules = rules or RankingRules()
+        self.last_reranking: Reranking | None = None
 
     @property
     def policy_id(self) -> str:
@@ -56,15 +78,28 @@ class Scheduler:
         self.placement.observe(snapshot)
         free = list(snapshot.free_gpus)
         if not snapshot.pending:
+            self.last_reranking = unchanged(snapshot, waiting_fairness(snapshot), self.rules)
             return Decision(self.policy_id, ranking=(), migrations=self._moves(snapshot, free))
         scores = np.asarray(self.ordering.score(snapshot), dtype=float)
-        order = top_k_order(scores, self.max_ranked)
+        order = self._rank(snapshot, scores)
         jobs = [snapshot.pending[i] for i in order]
         ranking = tuple(map(_job_id, jobs))
         placements = self._place(snapshot, jobs, free)
         exclusions = self._exclusions(snapshot, jobs, placements)
         return Decision(self.policy_id, ranking, placements, tuple(scores[order].tolist()),
                         exclusions=exclusions, migrations=self._moves(snapshot, free))
+
+    def _rank(self, snapshot: ClusterSnapshot, scores: np.ndarray) -> list[int]:
+        """The pending jobs to release (indices), best first: the policy's order after the
+        shared ranking step, cut at ``max_ranked``."""
+        fairness = waiting_fairness(snapshot, self.rules.window_s)
+        if not needs_reranking(snapshot, fairness, self.rules):
+            self.last_reranking = unchanged(snapshot, fairness, self.rules)
+            return top_k_order(scores, self.max_ranked)
+        policy_order = top_k_order(scores, len(scores))
+        order, self.last_reranking = rerank(snapshot, policy_order, fairness, self.rules,
+                                            self.max_ranked)
+        return order[:self.max_ranked]
 
     def _moves(self, snapshot: ClusterSnapshot, free: list[int]) -> dict[JobId, Placement]:
         """Running jobs the placement moves into the GPUs left in ``free``."""

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from slurm_rl.agents.registry import baseline_names, is_learned, make_scheduler, takes_fee_weight
 from slurm_rl.errors import InputError
+from slurm_rl.fairness import RankingRules
 from slurm_rl.report import as_json, print_table, write_report
 from slurm_rl.scenario import ReplayResult, Scenario, replay
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
@@ -31,6 +32,7 @@ class PolicyRun:
     name: str
     seed: int
     fee_weight: float | None = None  # λ for placements that take one; None: their default
+    rules: RankingRules | None = None  # the fairness guard and --nice; None: the defaults
 
 
 DEFAULT_SYNTHETIC_WARMUP_DAYS = 3.0
@@ -90,6 +92,16 @@ def policy_names(text: str | None) -> list[str]:
     return names
 
 
+def ranking_rules(options: dict[str, Any]) -> RankingRules | None:
+    """The ranking step's rules from ``--fairness-max-wait-ratio`` (None: not given)."""
+    ratio = options.get("fairness_max_wait_ratio")
+    if ratio is None:
+        return None
+    if 0 < ratio < 1:  # the ratio is never below 1: such a bound would re-rank every cycle
+        raise InputError(f"--fairness-max-wait-ratio must be 0 (off) or at least 1, got {ratio:g}")
+    return RankingRules(max_wait_ratio=ratio or None)
+
+
 def gpu_speed_table() -> dict[str, float]:
     return dict(datasheet_gpu_speeds())
 
@@ -109,7 +121,8 @@ def run_simulate(console: Console, **options: Any) -> list[ReplayResult]:
     if scenario.trace.skipped:
         skipped = ", ".join(f"{n} {reason}" for reason, n in scenario.trace.skipped.items())
         console.print(f"skipped trace rows: {skipped}", highlight=False)
-    runs = [PolicyRun(name, options["seed"], fee_weight) for name in names]
+    rules = ranking_rules(options)
+    runs = [PolicyRun(name, options["seed"], fee_weight, rules) for name in names]
     if replicas > 1:
         return _simulate_replicas(console, scenario, runs, replicas, options)
     results = replay_all(scenario, runs, options["workers"], quiet=options["as_json"])
@@ -193,7 +206,7 @@ def _tick() -> None:
 
 def _replay_one(scenario: Scenario, run: PolicyRun) -> ReplayResult:
     scheduler = make_scheduler(run.name, gpu_speed_table(), seed=run.seed,
-                               fee_weight=run.fee_weight)
+                               fee_weight=run.fee_weight, rules=run.rules)
     return replay(scenario, scheduler, policy_id=run.name, on_cycle=_tick)
 
 

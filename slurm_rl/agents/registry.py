@@ -1,4 +1,7 @@
-"""Policies by name. A scheduler is named ``<ordering>+<placement>``, e.g. ``fifo+best-fit``."""
+"""Policies by name. A scheduler is named ``<ordering>+<placement>``, e.g. ``fifo+best-fit``.
+
+Every scheduler built here ranks through the shared ranking step (fairness guard and
+``--nice``, :mod:`slurm_rl.fairness`) under the ``rules`` given, the defaults without."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from slurm_rl.agents.placement_baselines import (
     RandomFit,
 )
 from slurm_rl.errors import UnknownNameError
+from slurm_rl.fairness import RankingRules
 from slurm_rl.paths import shipped
 from slurm_rl.scheduler import Scheduler, Walk
 
@@ -92,14 +96,16 @@ def make_scheduler(
     seed: int = 0,
     walk: Walk = "greedy",
     fee_weight: float | None = None,
+    rules: RankingRules | None = None,
 ) -> Scheduler:
     """The scheduler ``name``; ``fee_weight`` (λ) reaches the placements that take one
-    (:func:`takes_fee_weight`) and is ignored by the others."""
+    (:func:`takes_fee_weight`) and is ignored by the others; ``rules`` are its ranking
+    step's (None: the defaults)."""
     ordering_name, sep, placement_name = name.partition("+")
     if is_learned(name):
         from slurm_rl.agents.ordering.agent import registry_scheduler
 
-        return registry_scheduler(name, gpu_speed, seed=seed)
+        return with_rules(registry_scheduler(name, gpu_speed, seed=seed), rules)
     placements = placement_factories(gpu_speed, seed, fee_weight)
     if not sep:
         raise UnknownNameError("policy", name, [f"{o}+{p}" for o in ORDERING for p in placements])
@@ -107,4 +113,13 @@ def make_scheduler(
         raise UnknownNameError("ordering policy", ordering_name, list(ORDERING))
     if placement_name not in placements:
         raise UnknownNameError("placement policy", placement_name, list(placements))
-    return Scheduler(ORDERING[ordering_name](), placements[placement_name](), walk=walk)
+    return Scheduler(ORDERING[ordering_name](), placements[placement_name](), walk=walk,
+                     rules=rules)
+
+
+def with_rules(scheduler: Scheduler, rules: RankingRules | None) -> Scheduler:
+    """``scheduler`` ranking under ``rules`` (None: as built). For builders that take no
+    rules, such as a bundle's: the step is the scheduler's, not the policy's."""
+    if rules is not None:
+        scheduler.rules = rules
+    return scheduler

@@ -32,6 +32,13 @@ from pydantic import (
 
 from slurm_rl.core import MAX_PRICE_PER_GPU_HOUR
 from slurm_rl.errors import InputError, SlurmRLError
+from slurm_rl.fairness import (
+    DEFAULT_MAX_WAIT_RATIO,
+    DEFAULT_MIN_WAIT_S,
+    DEFAULT_NICE_PER_RANK,
+    DEFAULT_WINDOW_S,
+    RankingRules,
+)
 from slurm_rl.input_files import open_regular
 from slurm_rl.slurm.deferral import DeferralConfig
 
@@ -84,6 +91,17 @@ class DaemonConfig(BaseModel):
     priority_tolerance_ranks: int = Field(default=2, ge=0, le=1_000_000)
     priority_updates_per_job_hour: int = Field(default=2, ge=1, le=3600)
     priority_updates_per_cycle: int = Field(default=200, ge=1, le=1_000_000)
+    # Fairness and --nice (docs/daemon.md, "Fairness and --nice"), for every policy: when
+    # the most-waiting user's mean wait exceeds this multiple of the users' average, the
+    # jobs of the users past it come first (0 = off; the ratio is never below 1) ...
+    fairness_max_wait_ratio: float = Field(default=DEFAULT_MAX_WAIT_RATIO, ge=0, le=1_000_000)
+    # ... counting pending jobs' waits and those of jobs started in the last this many s ...
+    fairness_window_s: float = Field(default=DEFAULT_WINDOW_S, ge=0, le=30 * DAY)
+    # ... once that user has waited this long on average (below, waits differ by jitter).
+    fairness_min_wait_s: float = Field(default=DEFAULT_MIN_WAIT_S, ge=0, le=30 * DAY)
+    # A job's --nice moves it one place down per this many points (negative nice: up);
+    # 0 = --nice is not weighed (Slurm ignores it once the daemon sets the priority).
+    nice_per_rank: int = Field(default=DEFAULT_NICE_PER_RANK, ge=0, le=2**31)
     # Move running jobs that opted in (docs/daemon.md); off unless the admin turns it on.
     migrate: bool = False
     # An untyped request (--gpus=2) may run as a gang of several GPU types, at the slowest
@@ -154,6 +172,15 @@ class DaemonConfig(BaseModel):
                 raise ValueError(f"{name!r} is not a partition name (no spaces, commas or =)")
         return partitions
 
+    @field_validator("fairness_max_wait_ratio")
+    @classmethod
+    def _ratio_is_off_or_at_least_one(cls, ratio: float) -> float:
+        # A bound below 1 would re-rank every cycle, even when every user waits as long.
+        if 0 < ratio < 1:
+            raise ValueError(f"{ratio:g}: 0 (off) or at least 1 (the most-waiting user's "
+                             "mean wait over the users' average is never below 1)")
+        return ratio
+
     @field_validator("price_per_gpu_hour")
     @classmethod
     def _prices_are_finite(cls, prices: dict[str, float]) -> dict[str, float]:
@@ -201,6 +228,14 @@ class DaemonConfig(BaseModel):
     def models_cache(self) -> Path:
         """Where registry versions are unpacked into bundle directories."""
         return self.models_cache_dir or self.state_dir / "models"
+
+    @property
+    def ranking_rules(self) -> RankingRules:
+        """The fairness guard and --nice, as the policy's scheduler takes them."""
+        return RankingRules(max_wait_ratio=self.fairness_max_wait_ratio or None,
+                            window_s=self.fairness_window_s,
+                            min_wait_s=self.fairness_min_wait_s,
+                            nice_per_rank=self.nice_per_rank or None)
 
     @property
     def heartbeat(self) -> Path:

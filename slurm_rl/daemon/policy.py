@@ -14,8 +14,9 @@ import functools
 from collections.abc import Mapping
 from pathlib import Path
 
-from slurm_rl.agents.registry import ORDERING, make_scheduler, placement_factories
+from slurm_rl.agents.registry import ORDERING, make_scheduler, placement_factories, with_rules
 from slurm_rl.errors import SlurmRLError, UnknownNameError
+from slurm_rl.fairness import RankingRules
 from slurm_rl.scheduler import Scheduler
 
 LEARNED_ORDERING = ("rl", "rl-nocomm")
@@ -68,14 +69,18 @@ def check_name(name: str) -> None:
     _check_learned_name(name)
 
 
-def make_policy(name: str, *, seed: int = 0, bundle: Path | None = None) -> Scheduler:
-    """The scheduler the daemon runs for ``name`` (a new one, weights read again)."""
+def make_policy(name: str, *, seed: int = 0, bundle: Path | None = None,
+                rules: RankingRules | None = None) -> Scheduler:
+    """The scheduler the daemon runs for ``name`` (a new one, weights read again), ranking
+    under ``rules`` (the config's ``ranking_rules``; None: the defaults), whatever the
+    policy."""
     if not is_learned(name):
-        return make_scheduler(name, gpu_speeds(), seed=seed)
+        return make_scheduler(name, gpu_speeds(), seed=seed, rules=rules)
     _check_learned_name(name)
     from slurm_rl.agents.ordering.agent import BundleError, registry_scheduler
 
     try:
-        return registry_scheduler(name, gpu_speeds(), seed=seed, bundle_path=bundle)
+        scheduler = registry_scheduler(name, gpu_speeds(), seed=seed, bundle_path=bundle)
     except BundleError as exc:
         raise PolicyBundleError(str(exc)) from exc
+    return with_rules(scheduler, rules)

@@ -12,6 +12,11 @@ another daemon's metrics in the same process. Names follow Prometheus convention
 * ``slurm_rl_oldest_pending_wait_seconds``: how long the longest-waiting job slurm-rl orders
   has been pending (alert on it: a learned ordering can starve jobs; the ordering agent's
   guard puts a job first after 168 h, docs/ordering-agent.md);
+* ``slurm_rl_fairness_jain_index`` and ``slurm_rl_fairness_wait_ratio``: Jain's index and
+  the max/mean ratio of the waiting users' mean waits in the last healthy cycle (1 and 1 when
+  even, or fewer than two users wait; slurm_rl/fairness.py), and
+  ``slurm_rl_fairness_reranked_cycles_total``: healthy cycles whose ranking the fairness
+  guard re-ranked;
 * ``slurm_rl_active_model_info{policy,version}`` (1 for what decides now);
 * ``slurm_rl_last_healthy_cycle_timestamp_seconds``.
 """
@@ -26,6 +31,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from slurm_rl.fairness import Reranking, find_reranking
 from slurm_rl.slurm.waiting import WAIT_KINDS
 
 log = logging.getLogger("slurm_rl.daemon")
@@ -71,6 +77,14 @@ class DaemonMetrics:
         self.oldest_wait = Gauge("slurm_rl_oldest_pending_wait_seconds", "How long the "
                                  "longest-waiting pending job slurm-rl orders has waited",
                                  registry=r)
+        self.jain_index = Gauge("slurm_rl_fairness_jain_index", "Jain's index of the "
+                                "waiting users' mean waits (1 = even)", registry=r)
+        self.wait_ratio = Gauge("slurm_rl_fairness_wait_ratio", "The most-waiting user's "
+                                "mean wait over the waiting users' average (1 = even)",
+                                registry=r)
+        self.reranked = Counter("slurm_rl_fairness_reranked_cycles", "Healthy cycles the "
+                                "fairness guard re-ranked", registry=r)
+        self._counted: Reranking | None = None  # the re-ranking last counted, counted once
         self.model = Gauge("slurm_rl_active_model_info", "The policy (and bundle version) "
                            "that decides now", ["policy", "version"], registry=r)
         self.last_healthy = Gauge("slurm_rl_last_healthy_cycle_timestamp_seconds",
@@ -114,6 +128,19 @@ class DaemonMetrics:
             self.decisions.labels(action=action).inc(count)
         for kind, count in job_errors.items():
             self.slurm_errors.labels(kind=kind).inc(count)
+
+    def fairness(self, decider: object) -> None:
+        """The fairness figures of the decision ``decider`` made last (the daemon's
+        scheduler, however wrapped: :func:`~slurm_rl.fairness.find_reranking`); nothing
+        when it made none."""
+        reranking = find_reranking(decider)
+        if reranking is None:
+            return
+        self.jain_index.set(reranking.fairness.jain_index)
+        self.wait_ratio.set(reranking.fairness.wait_ratio)
+        if reranking.guard_applied and reranking is not self._counted:
+            self.reranked.inc()
+        self._counted = reranking
 
     def unhealthy(self, result: str, duration_s: float, error_kind: str | None) -> None:
         self.cycles.labels(result=result).inc()

@@ -1,7 +1,10 @@
 """Why each job got its rank and its nodes, worked out in the cycle that decided it and
 stored with the decision (``DecisionRow.details["why"]``) for ``slurm-rl explain``.
 
-For ranks: the job's score, its rank among the pending jobs and its neighbours' scores.
+For ranks: the job's score, its rank among the pending jobs and its neighbours' scores; where
+the shared ranking step (slurm_rl/fairness.py) moved it, the rank the policy gave it
+(``policy_rank``), the fairness guard's figures when the guard re-ranked (``fairness``), and
+the places its ``--nice`` moved it (``nice``).
 For nodes: the chosen nodes with their free GPUs and, where the placement has a GP (the RWGP
 agent, alone or as the learned head's chooser), each node's posterior mean and std of
 relative speed; then the best alternatives and why they lost (a higher RWGP cost, a lower
@@ -16,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slurm_rl.core import ClusterSnapshot, Decision, Job, Placement
+from slurm_rl.fairness import Reranking, find_reranking
 
 log = logging.getLogger("slurm_rl.daemon")
 
@@ -31,6 +35,7 @@ def explain_decision(inner: object, snapshot: ClusterSnapshot, decision: Decisio
     :data:`MAX_EXPLAINED` placed ones)."""
     try:
         reasons = _ranks(snapshot, decision)
+        _add_reranking(reasons, find_reranking(inner), snapshot)
         placement = getattr(inner, "placement", None)
         if placement is not None and decision.placements:
             _add_placements(reasons, placement, snapshot, decision)
@@ -54,6 +59,32 @@ def _ranks(snapshot: ClusterSnapshot, decision: Decision) -> dict[str, Why]:
                 why["below"] = {"job": ranking[rank + 1], "score": scores[rank + 1]}
         reasons[job_id] = why
     return reasons
+
+
+def _add_reranking(reasons: dict[str, Why], reranking: Reranking | None,
+                   snapshot: ClusterSnapshot) -> None:
+    """Where the shared ranking step put jobs other than where the policy did, and why."""
+    if reranking is None or reranking.time != snapshot.time:
+        return  # not this decision's (a wrapper that decides without the scheduler)
+    if not (reranking.guard_applied or reranking.policy_rank or reranking.nice_places):
+        return
+    jobs = {job.job_id: job for job in snapshot.pending}
+    fairness = reranking.fairness
+    for job_id, why in reasons.items():
+        if job_id in reranking.policy_rank:
+            why["policy_rank"] = reranking.policy_rank[job_id]
+        job = jobs.get(job_id)
+        if reranking.guard_applied and job is not None:
+            forward = job.user in reranking.brought_forward
+            why["fairness"] = {
+                "guard": "brought forward: the user waits too long" if forward else
+                         "after the jobs of users who wait too long",
+                "user": job.user, "user_mean_wait_s": fairness.mean_wait_s.get(job.user, 0.0),
+                "wait_ratio": fairness.wait_ratio, "bound": reranking.max_wait_ratio,
+                "jain_index": fairness.jain_index,
+            }
+        if job_id in reranking.nice_places and job is not None:
+            why["nice"] = {"nice": job.nice, "places": reranking.nice_places[job_id]}
 
 
 def _add_placements(
