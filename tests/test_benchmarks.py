@@ -18,6 +18,9 @@ PHILLY_WINDOW = ("--window", "2017-10-01:2017-10-02", "--days", "0.1")
 TINY: dict[str, tuple[tuple[str, ...], str]] = {
     "daemon_cycle.py": (("--pending", "50", "--running", "20", "--finished", "5", "--nodes",
                          "20", "--cycles", "2"), "parse+decide+plan"),
+    # A live run needs root, Slurm and minutes: tests/slurm/test_load_live.py runs the same
+    # load and checks (marker slurm); here the plan is made and printed, nothing started.
+    "load_live.py": (("--tiny", "--plan-only"), "by kind"),
     "ordering_inference.py": (("--jobs", "50", "--repeat", "2"), "median"),
     "replay_philly.py": (("--trace", "synthetic", "--cluster", "tiny", "--days", "0.2"),
                          "avg JCT"),

@@ -3,8 +3,9 @@
 One private munged, one slurmctld and one ``slurmd -N <node>`` per emulated node, all with
 their own directory and ports, so several clusters can coexist. GPUs are emulated with
 placeholder character devices (``mknod ... c 1 3``): slurmd drops "file-less" GPUs, and
-``TaskPlugin=task/none`` means no device cgroup ever opens them. Needs root (slurmd,
-mknod, useradd); see docs/slurm.md.
+``TaskPlugin=task/none`` means no device cgroup ever opens them. With ``accounting`` on, a
+private MariaDB (``<root>/db``, 127.0.0.1 and its own socket) and slurmdbd run too. Needs
+root (slurmd, mknod, useradd); see docs/slurm.md.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import secrets
 import shutil
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +24,13 @@ from pathlib import Path
 
 from slurm_rl.paths import REPO_DIR
 from slurm_rl.slurm import deferral
-from slurm_rl.slurm.devconf import DevClusterConfig, DevNode, render_gres_conf, render_slurm_conf
+from slurm_rl.slurm.devconf import (
+    DevClusterConfig,
+    DevNode,
+    render_gres_conf,
+    render_slurm_conf,
+    render_slurmdbd_conf,
+)
 from slurm_rl.slurm.errors import DevClusterError, SlurmError
 from slurm_rl.slurm.proc import CommandResult, run_command
 
@@ -30,6 +38,7 @@ MARKER = ".slurm-rl-devcluster"
 _Predicate = Callable[[], bool]
 INSTALL_SCRIPT = REPO_DIR / "scripts" / "install-slurm.sh"
 SBIN = Path("/usr/sbin")
+ACCOUNT = "rl"  # the one account the test users are added to
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +74,7 @@ class DevCluster:
 
     def __init__(self, config: DevClusterConfig) -> None:
         self.config = config
+        self._children: list[subprocess.Popen[bytes]] = []  # MariaDB: reaped in down()
 
     # -- paths -------------------------------------------------------------------------
 
@@ -101,13 +111,15 @@ class DevCluster:
         current = self.status()
         if current.running:
             return current
-        ensure_installed()
+        ensure_installed(accounting=self.config.accounting)
         if self.config.users:
             _check_traversable(self.root.parent)
         self._stop_processes(current)
         self._prepare_root()
         ensure_users(self.config.users)
         self._start_munged(timeout_s)
+        if self.config.accounting:
+            self._start_accounting(timeout_s)
         self._start_slurmctld(timeout_s)
         self._start_slurmds()
         return self.wait_idle(timeout_s)
@@ -119,7 +131,9 @@ class DevCluster:
             self._cancel_all_jobs(timeout_s)
         self._stop_processes(self.status())
         final = self.status()
-        if not final.stopped:
+        for child in self._children:
+            child.poll()  # reap the MariaDB this object started, if it is gone
+        if not final.stopped or any(d.alive for d in self._accounting_daemons()):
             raise DevClusterError(f"dev cluster at {self.root}: daemons survived SIGKILL")
         return final
 
@@ -131,6 +145,7 @@ class DevCluster:
                 DaemonStatus(f"slurmd {n.name}", self._alive_pid(f"slurmd-{n.name}.pid", "slurmd"))
                 for n in self.config.nodes()
             ),
+            *(self._accounting_daemons() if self.config.accounting else ()),
         )
         states = self._node_states() if daemons[1].alive else ()
         return DevClusterStatus(self.root, self.slurm_conf, daemons, states)
@@ -280,21 +295,103 @@ class DevCluster:
         _wait_for(drained, min(timeout_s, 15.0), "jobs to end", fail=False)
 
     def _stop_processes(self, status: DevClusterStatus) -> None:
-        slurm_pids = [d.pid for d in status.daemons[1:] if d.pid is not None]
+        slurm_pids = [d.pid for d in status.daemons
+                      if d.pid is not None and d.name.split()[0] in ("slurmctld", "slurmd")]
         # Steps and job processes of this cluster carry its SLURM_CONF in their environment.
         strays = _processes_with_env("SLURM_CONF", str(self.slurm_conf), exclude=_ancestors())
         _terminate(slurm_pids, grace_s=3.0)
         _terminate(_with_descendants(strays), grace_s=0.5)
+        # slurmdbd before its database; by pidfile whatever the config says (a CLI `down`
+        # knows no accounting flag)
+        for daemon in self._accounting_daemons():
+            if daemon.pid is not None:
+                _terminate([daemon.pid], grace_s=10.0)
         munged = status.daemons[0].pid
         if munged is not None:
             _terminate([munged], grace_s=3.0)
 
-    def _alive_pid(self, pidfile: str, program: str) -> int | None:
+    def _alive_pid(self, pidfile: str, program: str, directory: str = "run") -> int | None:
         try:
-            pid = int((self.root / "run" / pidfile).read_text().split()[0])
+            pid = int((self.root / directory / pidfile).read_text().split()[0])
         except (OSError, ValueError, IndexError):
             return None
         return pid if _process_name(pid) == program else None
+
+    # -- accounting (opt-in) ----------------------------------------------------------
+
+    @property
+    def db_socket(self) -> Path:
+        return self.root / "db" / "mariadb.sock"
+
+    def _accounting_daemons(self) -> tuple[DaemonStatus, ...]:
+        return (
+            DaemonStatus("slurmdbd", self._alive_pid("slurmdbd.pid", "slurmdbd")),
+            DaemonStatus("mariadbd", self._alive_pid("mariadb.pid", "mariadbd", "db")),
+        )
+
+    def _start_accounting(self, timeout_s: float) -> None:
+        """MariaDB, then slurmdbd, then the cluster, account and users (slurmctld starts
+        after: it registers with slurmdbd at start-up)."""
+        password = secrets.token_hex(16)  # lives only in slurmdbd.conf (0600) and MariaDB
+        self._start_mariadb(password, timeout_s)
+        conf = self.root / "etc" / "slurmdbd.conf"
+        conf.touch(mode=0o600)
+        shutil.chown(conf, self.config.slurm_user, self.config.slurm_user)
+        conf.write_text(render_slurmdbd_conf(self.config, password))
+        self._daemon([str(SBIN / "slurmdbd")], timeout_s)
+        cfg = self.config
+        self._sacctmgr(["add", "cluster", cfg.cluster_name], max(timeout_s, 60.0))
+        self._sacctmgr(["add", "account", ACCOUNT, "Description=slurm-rl dev cluster",
+                        "Organization=slurm-rl"], timeout_s)
+        if cfg.users:
+            self._sacctmgr(["add", "user", f"name={','.join(cfg.users)}",
+                            f"account={ACCOUNT}"], timeout_s)
+
+    def _start_mariadb(self, password: str, timeout_s: float) -> None:
+        """A private server: its own data directory, socket and 127.0.0.1 port, no system
+        config (``--no-defaults``), root only through the socket, one database for slurmdbd."""
+        db = self.root / "db"
+        db.mkdir(mode=0o700)
+        owner = "mysql" if run_command(["getent", "passwd", "mysql"], 10.0).ok else "root"
+        shutil.chown(db, owner, owner)
+        base = ["--no-defaults", f"--datadir={db / 'data'}", f"--user={owner}"]
+        self._daemon(["mariadb-install-db", *base, "--skip-test-db", "--skip-name-resolve",
+                      "--auth-root-authentication-method=socket"], max(timeout_s, 120.0))
+        argv = [str(SBIN / "mariadbd"), *base, f"--socket={self.db_socket}",
+                f"--port={self.config.db_port}", "--bind-address=127.0.0.1",
+                f"--pid-file={db / 'mariadb.pid'}", f"--log-error={db / 'mariadb.err'}",
+                "--skip-name-resolve", "--innodb-lock-wait-timeout=900",
+                # a throw-away database: no flush per commit (slurmdbd's schema set-up is
+                # hundreds of statements)
+                "--innodb-flush-log-at-trx-commit=0"]
+        self._children.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                               stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL,
+                                               start_new_session=True))
+        _wait_for(lambda: self.db_socket.exists(), timeout_s, "MariaDB's socket")
+        grants = (f"CREATE DATABASE slurm_acct_db; CREATE USER 'slurm'@'127.0.0.1' "
+                  f"IDENTIFIED BY '{password}'; GRANT ALL ON slurm_acct_db.* TO "
+                  "'slurm'@'127.0.0.1';")
+        # On stdin, never in argv: the password must not show in ps or a log.
+        done = subprocess.run(["mariadb", "--no-defaults", f"--socket={self.db_socket}",
+                               "-uroot"], input=grants.encode(), capture_output=True,
+                              timeout=timeout_s, check=False)
+        if done.returncode != 0:
+            raise DevClusterError(f"MariaDB set-up failed: "
+                                  f"{done.stderr.decode(errors='replace').strip()}")
+
+    def _sacctmgr(self, args: Sequence[str], timeout_s: float) -> None:
+        """``sacctmgr -i ARGS``, retried while slurmdbd comes up (a first start creates
+        its tables before it answers)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            done = run_command(["sacctmgr", "-i", *args], 30.0, self.client_env())
+            if done.ok or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if not done.ok:
+            raise DevClusterError(f"sacctmgr {' '.join(args)}: {done.stderr.strip()}; see "
+                                  f"{self.root / 'log' / 'slurmdbd.log'}")
 
     def _not_ready_message(self, status: DevClusterStatus) -> str:
         dead = [d.name for d in status.daemons if not d.alive]
@@ -306,21 +403,22 @@ class DevCluster:
 # -- host setup -------------------------------------------------------------------------
 
 
-def ensure_installed(script: Path = INSTALL_SCRIPT) -> None:
-    """Install Debian's Slurm packages if a daemon binary is missing."""
-    if _slurm_installed():
+def ensure_installed(script: Path = INSTALL_SCRIPT, *, accounting: bool = False) -> None:
+    """Install Debian's Slurm packages (and slurmdbd, MariaDB) if a binary is missing."""
+    if _slurm_installed(accounting):
         return
     if not script.exists():
         raise DevClusterError(f"Slurm is not installed and {script} is missing")
     result = run_command([str(script)], 600.0)
-    if not result.ok or not _slurm_installed():
+    if not result.ok or not _slurm_installed(accounting):
         detail = result.stderr.strip() or "Slurm is still missing"
         raise DevClusterError(f"{script} failed: {detail}")
 
 
-def _slurm_installed() -> bool:
-    needed = ("slurmctld", "slurmd", "munged")
-    return all((SBIN / name).exists() for name in needed) and bool(shutil.which("sbatch"))
+def _slurm_installed(accounting: bool = False) -> bool:
+    needed = ("slurmctld", "slurmd", "munged", *(("slurmdbd", "mariadbd") if accounting else ()))
+    tools = ("sbatch", *(("sacctmgr", "mariadb-install-db", "mariadb") if accounting else ()))
+    return all((SBIN / name).exists() for name in needed) and all(map(shutil.which, tools))
 
 
 def ensure_users(users: Iterable[str]) -> None:

@@ -9,7 +9,13 @@ from click.testing import CliRunner
 from slurm_rl.slurm import deferral
 from slurm_rl.slurm.cli import devcluster_group
 from slurm_rl.slurm.devcluster import DevCluster
-from slurm_rl.slurm.devconf import DevClusterConfig, NodeGroup, render_gres_conf, render_slurm_conf
+from slurm_rl.slurm.devconf import (
+    DevClusterConfig,
+    NodeGroup,
+    render_gres_conf,
+    render_slurm_conf,
+    render_slurmdbd_conf,
+)
 
 
 def _lines(text: str) -> set[str]:
@@ -82,3 +88,31 @@ def test_cli_env_and_status_of_a_stopped_cluster(tmp_path: Path) -> None:
     status = runner.invoke(devcluster_group, ["status", "--root", str(root)])
     assert status.exit_code == 0 and "slurmctld        stopped" in status.output
     assert DevCluster(DevClusterConfig(root=root)).status().stopped
+
+
+def test_accounting_adds_slurmdbd_on_two_more_ports_and_its_own_munge_socket(
+    tmp_path: Path,
+) -> None:
+    plain = DevClusterConfig(root=tmp_path, base_port=20000)
+    assert "AccountingStorageType=accounting_storage/none" in _lines(render_slurm_conf(plain))
+    config = DevClusterConfig(root=tmp_path, base_port=20000, accounting=True,
+                              slurm_user="slurm")
+    assert config.port_count == 11 and (config.dbd_port, config.db_port) == (20009, 20010)
+    lines = _lines(render_slurm_conf(config, hostname="box"))
+    socket = tmp_path / "munge" / "munge.socket"
+    assert {"AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=127.0.0.1", "AccountingStoragePort=20009",
+            f"AccountingStoragePass=socket={socket}"} <= lines  # never munge's default socket
+    dbd = _lines(render_slurmdbd_conf(config, "s3cret"))
+    assert {f"AuthInfo=socket={socket}", "DbdAddr=127.0.0.1", "DbdPort=20009",
+            "SlurmUser=slurm", "StorageHost=127.0.0.1", "StoragePort=20010",
+            "StoragePass=s3cret", "StorageType=accounting_storage/mysql"} <= dbd
+
+
+def test_status_of_an_accounting_cluster_names_slurmdbd_and_mariadb(tmp_path: Path) -> None:
+    cluster = DevCluster(DevClusterConfig(root=tmp_path / "c", accounting=True))
+    names = [daemon.name for daemon in cluster.status().daemons]
+    assert names[:2] == ["munged", "slurmctld"] and names[-2:] == ["slurmdbd", "mariadbd"]
+    assert cluster.status().stopped
+    plain = DevCluster(DevClusterConfig(root=tmp_path / "p"))
+    assert "slurmdbd" not in {daemon.name for daemon in plain.status().daemons}
