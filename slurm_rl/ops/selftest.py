@@ -6,8 +6,10 @@ parse, and how long they take against ``slurm_timeout_s``; the daemon's user may
 (root, SlurmUser or an administrator: a harmless no-op update of a pending job's admin
 comment when one is there; an Operator in slurmdbd's accounts: its AdminLevel); the
 job_submit plugin is installed and reads what this daemon writes (heartbeat, window,
-partitions; ``ops/plugin_check.py``); the store opens, or the daemon can create it; the
-configured policy builds (its bundle loads). Exit 0 when all pass, 1 otherwise.
+partitions; ``ops/plugin_check.py``); the directories the daemon keeps its files in pass its
+own safety check, or do not exist yet and the daemon can make them; the store opens, or the
+daemon can create it; the configured policy builds (its bundle loads). Exit 0 when all pass,
+1 otherwise.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import stat
 import subprocess
 import time
 from collections.abc import Callable
@@ -28,6 +31,7 @@ from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.errors import SlurmRLError
 from slurm_rl.ops import plugin_check
 from slurm_rl.ops.common import load, open_store, safe
+from slurm_rl.safefile import UnsafePathError, require_private_dir
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.proc import Runner, make_runner
 from slurm_rl.slurm.records import SlurmJob
@@ -188,12 +192,97 @@ def check_permission(client: CliSlurmClient, runner: Runner, pending: list[Slurm
                  f"{' '.join(result.stderr.split())}; fix: run as root or SlurmUser ({admin})")
 
 
+# -- the directories the daemon trusts --------------------------------------------------
+
+DIRECTORIES = "directories"
+# What the daemon asks mkdir for (the umask takes its bits off): Daemon._open_store's plain
+# mkdir for the state directory, deferral.beat's 0755 for the heartbeat's.
+STATE_DIR_MODE, HEARTBEAT_DIR_MODE = 0o777, 0o755
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def _trusted_dirs(config: DaemonConfig) -> list[tuple[str, Path, int, bool]]:
+    """(what, path, mkdir mode, whether the daemon makes it when missing), as
+    ``check_private_dirs`` in daemon/runner.py lists them: the state directory always (made
+    only when the config keeps something there), the heartbeat's when the run beats."""
+    found = [("state directory", config.state_dir, STATE_DIR_MODE, config.uses_state_dir)]
+    beat_dir = config.heartbeat.parent
+    if config.changes_slurm and os.path.abspath(beat_dir) != os.path.abspath(config.state_dir):
+        found.append(("heartbeat directory", beat_dir, HEARTBEAT_DIR_MODE, True))
+    return found
+
+
+def check_directories(config: DaemonConfig) -> Check:
+    """The daemon's own check of its directories (``require_private_dir``: no symbolic link,
+    its user's or root's, writable by nobody else), passed now; or, for one not there yet
+    (a fresh install, a first trial), what the daemon's ``mkdir`` would need: a directory
+    above it that it may write, and a umask that leaves the new directory private."""
+    notes = []
+    for what, path, mode, used in _trusted_dirs(config):
+        try:
+            require_private_dir(path, what)
+        except UnsafePathError as exc:
+            return Check(DIRECTORIES, False, str(exc))
+        if not used:
+            notes.append(f"{what} {path}: this config keeps nothing in it")
+            continue
+        problem = _write_problem(what, path) if os.path.lexists(path) \
+            else _creation_problem(what, path, mode)
+        if problem is not None:
+            return Check(DIRECTORIES, False, problem)
+        notes.append(f"{what} {path} is private" if os.path.lexists(path)
+                     else f"{what} {path} will be created by the daemon")
+    return Check(DIRECTORIES, True, "; ".join(notes))
+
+
+def _write_problem(what: str, path: Path) -> str | None:
+    """A private directory of root's that the daemon's user may not write: it starts, but
+    cannot create its store or write its beat there."""
+    if os.access(path, os.W_OK | os.X_OK):
+        return None
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    return f"{me} may not write {what} {path}; fix: chown it to the daemon's user"
+
+
+def _creation_problem(what: str, path: Path, mode: int) -> str | None:
+    """Why the daemon's ``mkdir(parents=True)`` of ``path`` would fail, or leave a directory
+    its next start refuses (None: neither)."""
+    base = next(p for p in path.absolute().parents if os.path.lexists(p))
+    setting = "state_dir" if what == "state directory" else "heartbeat_path"
+    if not base.is_dir():
+        return f"cannot create {what} {path}: {base} is not a directory; fix: set {setting}"
+    if not os.access(base, os.W_OK | os.X_OK):
+        me = pwd.getpwuid(os.geteuid()).pw_name
+        return (f"cannot create {what} {path}: {me} may not write {base}; fix: create it for "
+                f"the daemon's user, mode 0755 or stricter (the systemd unit does), or set "
+                f"{setting}")
+    # mkdir -p makes the directories between base and path with plain 0777 (less the umask):
+    # one its group may write lets the group swap the directory below it.
+    umask = _umask()
+    made = (mode | (0o777 if base != path.absolute().parent else 0)) & ~umask
+    if made & _OTHERS_WRITE:
+        return (f"the daemon would create {what} {path} with mode {made:04o} (umask "
+                f"{umask:04o}), which its group or others may write, and refuse it at its next "
+                f"start; fix: run the daemon with umask 022, or create {path} with mode 0700")
+    return None
+
+
+def _umask() -> int:
+    # No call reads the umask without setting it; selftest runs no threads meanwhile.
+    current = os.umask(0o077)
+    os.umask(current)
+    return current
+
+
+# -- the store --------------------------------------------------------------------------
+
+
 def check_store(config: DaemonConfig) -> Check:
     """The store opens, or the daemon can make it at its first start: a fresh install (the
     systemd unit runs this check before the daemon's first start) has no store yet."""
     missing = _missing_sqlite_file(config.store)
     if missing is not None:
-        return _creatable(missing)
+        return _creatable(config, missing)
     try:
         store = open_store(config)
     except SlurmRLError as exc:
@@ -209,13 +298,26 @@ def _missing_sqlite_file(url: str) -> Path | None:
     return path if path is not None and not path.exists() else None
 
 
-def _creatable(path: Path) -> Check:
+def _creatable(config: DaemonConfig, path: Path) -> Check:
     folder, me = path.parent, pwd.getpwuid(os.geteuid()).pw_name
     if folder.is_dir() and os.access(folder, os.W_OK | os.X_OK):
         return Check("store", True, f"no store yet; the daemon creates {path} at its first start")
+    # The daemon makes the state directory before it opens the store (Daemon._open_store),
+    # so a store inside one that is not there yet is fine if the directory can be made.
+    if not os.path.lexists(folder) and _made_state_dir(config, folder):
+        if _creation_problem("state directory", folder, STATE_DIR_MODE) is None:
+            return Check("store", True, f"no store yet; the daemon creates {folder} and {path} "
+                         "at its first start")
+        return Check("store", False, f"cannot create {path}: the daemon cannot make the state "
+                     f"directory {folder} (fix: see the {DIRECTORIES} line)")
     return Check("store", False, f"cannot create {path}: {folder} is not a directory {me} may "
                  "write; fix: create it for the daemon's user (the systemd unit's "
                  "StateDirectory= does) or set state_dir / store_url")
+
+
+def _made_state_dir(config: DaemonConfig, folder: Path) -> bool:
+    same = os.path.abspath(folder) == os.path.abspath(config.state_dir)
+    return same and config.uses_state_dir
 
 
 def _schema_state(store: Store) -> Check:
@@ -265,7 +367,8 @@ def run_checks(config: DaemonConfig) -> list[Check]:
         lambda: Check(plugin_check.NAME,
                       *plugin_check.check_deferral(config, _found_slurm_conf(config, runner),
                                                    _slurm_user(runner, client.timeout_s))),
-        lambda: check_store(config), lambda: check_model(config)]
+        lambda: check_directories(config), lambda: check_store(config),
+        lambda: check_model(config)]
     checks.extend(step() for step in steps)
     return checks
 
@@ -276,7 +379,8 @@ def run_checks(config: DaemonConfig) -> list[Check]:
 @click.option("--store", "store_url", default=None, help="SQLAlchemy URL of the store.")
 def selftest_command(config_file: Path | None, store_url: str | None) -> None:
     """Check munge, slurmctld, query latency, permission to update jobs, the deferral plugin,
-    the store and the model: one line each, ok or the fix. Exit 1 if any failed."""
+    the daemon's directories, the store and the model: one line each, ok or the fix. Exit 1
+    if any failed."""
     config = load(config_file, store_url)
     checks = run_checks(config)
     for check in checks:

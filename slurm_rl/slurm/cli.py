@@ -6,6 +6,8 @@ one line (``SlurmRLError``), never a traceback.
 
 from __future__ import annotations
 
+import pwd
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -16,6 +18,7 @@ import click
 
 from slurm_rl.cli_options import FiniteFloat
 from slurm_rl.errors import SlurmRLError
+from slurm_rl.slurm import deferral
 from slurm_rl.slurm.devcluster import DevCluster, DevClusterStatus
 from slurm_rl.slurm.devconf import DEFAULT_BASE_PORT, DEFAULT_ROOT, DevClusterConfig
 
@@ -92,6 +95,7 @@ def up(root: Path, base_port: int, window: int | None, timeout: float) -> None:
         status = cluster.up(timeout_s=timeout)
         _echo_status(cluster, status)
         click.echo(f"up in {time.monotonic() - started:.2f} s")
+        _warn_if_untrusted(cluster)
 
     _run(action)
 
@@ -121,6 +125,47 @@ def status(root: Path, base_port: int) -> None:
 @devcluster_group.command("env")
 @_cluster_options
 def env(root: Path, base_port: int) -> None:
-    """Print the shell line that points Slurm clients at this cluster."""
+    """Print the shell lines that point Slurm's commands, and a daemon, at this cluster:
+    SLURM_CONF and, once `up` has written the job_submit plugin's config, the heartbeat,
+    window and partitions the plugin reads."""
     cluster = _cluster(root, base_port)
-    click.echo(f"export SLURM_CONF={cluster.slurm_conf}")
+    for name, value in daemon_env(cluster).items():
+        click.echo(f"export {name}={shlex.quote(value)}")
+    _warn_if_untrusted(cluster)
+
+
+# The daemon's settings (SLURM_RL_<FIELD>, docs/operations.md) for the plugin's keys.
+_PLUGIN_KEYS = {"heartbeat_path": "SLURM_RL_HEARTBEAT_PATH",
+                "heartbeat_max_age": "SLURM_RL_HEARTBEAT_MAX_AGE_S",
+                "window": "SLURM_RL_DEFER_WINDOW_S", "partitions": "SLURM_RL_PARTITIONS"}
+
+
+def daemon_env(cluster: DevCluster) -> dict[str, str]:
+    """SLURM_CONF, and the daemon's settings that must agree with what the cluster's plugin
+    reads: a daemon left at its defaults beats ``<state_dir>/heartbeat``, which the plugin
+    never looks at, so it defers nothing. Read from the plugin's config file (``up
+    --window`` is in it); before the first ``up`` there is none, and nothing to agree with."""
+    conf = cluster.slurm_conf.parent / deferral.CONF_NAME
+    if not conf.is_file():  # is_file also keeps a FIFO someone put there from blocking us
+        return cluster.env()
+    view = deferral.plugin_view(conf)
+    found = {name: view[key] for key, name in _PLUGIN_KEYS.items()}
+    if found["SLURM_RL_PARTITIONS"] == "*":
+        found["SLURM_RL_PARTITIONS"] = ""  # empty is ignored: the daemon's default, all of them
+    return {**cluster.env(), **found}
+
+
+def _warn_if_untrusted(cluster: DevCluster) -> None:
+    """The plugin reads its config and the heartbeat only below directories of root or
+    SlurmUser (docs/operations.md, "Trust model"); a root under a user's home directory
+    fails that, and the cluster then defers no job. Said on stderr: ``eval "$(... env)"``
+    reads stdout only."""
+    from slurm_rl.ops.plugin_check import plugin_refuses
+
+    trusted = frozenset({0, pwd.getpwnam(cluster.config.slurm_user).pw_uid})
+    conf = cluster.slurm_conf.parent / deferral.CONF_NAME
+    refusal = plugin_refuses(conf, trusted)
+    if refusal is not None:
+        click.echo(f"warning: the cluster's job_submit plugin will not read {conf}: {refusal}, "
+                   "so it defers no job; fix: a --root whose every directory above belongs "
+                   "to root, e.g. /var/tmp/slurm-rl-dev", err=True)

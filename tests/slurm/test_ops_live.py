@@ -22,12 +22,13 @@ from tests.slurm.test_daemon_live import CLUSTER, REPO, SCHED_SLACK_S, _daemon, 
 pytestmark = pytest.mark.slurm
 
 
-def _cli(live: LiveCluster, tmp_path: Path, *args: str, enforce: bool = False
-         ) -> subprocess.CompletedProcess[str]:
+def _cli(live: LiveCluster, tmp_path: Path, *args: str, enforce: bool = False,
+         state: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``slurm-rl <args>`` as its own process, on the daemon's config file (``enforce``: the
-    site's own heartbeat and window, as a daemon that enforces would have them)."""
+    site's own heartbeat and window, as a daemon that enforces would have them; ``state``:
+    the state directory, default ``tmp_path``, which holds the config file)."""
     site = _native_site(live)
-    lines = ["[daemon]", f'state_dir = "{tmp_path}"', f'cluster_name = "{CLUSTER}"',
+    lines = ["[daemon]", f'state_dir = "{state or tmp_path}"', f'cluster_name = "{CLUSTER}"',
              'partitions = ["gpu"]', "slurm_timeout_s = 30"]
     if site is not None:
         beat = site.heartbeat if enforce else tmp_path / "beat"
@@ -171,11 +172,30 @@ def test_selftest_reports_each_check(live: LiveCluster, tmp_path: Path) -> None:
     lines = result.stdout.splitlines()
     assert result.returncode == 0, result.stdout + result.stderr
     for name in ("munge", "scontrol ping", "query latency", "permission to update jobs",
-                 "deferral plugin", "store", "model"):
+                 "deferral plugin", "directories", "store", "model"):
         assert any(line.startswith(f"ok   {name}:") for line in lines), (name, lines)
     assert f"a no-op update of job {job} was accepted" in result.stdout
     assert "agrees with the daemon" in result.stdout
-    assert lines[-1] == "7 of 7 checks passed"
+    assert lines[-1] == "8 of 8 checks passed"
+
+
+def test_selftest_before_the_daemons_first_run_passes_on_the_state_dir_it_will_make(
+    live: LiveCluster, tmp_path: Path
+) -> None:
+    """Issue 19 (8): on a first trial the state directory is not there yet, and selftest
+    failed on it; the daemon makes it at its first start, private."""
+    _native(live)
+    state = tmp_path / "var" / "slurm-rl"
+    before = _cli(live, tmp_path, "selftest", enforce=True, state=state)
+    assert before.returncode == 0, before.stdout + before.stderr
+    assert f"state directory {state} will be created by the daemon" in before.stdout
+    assert f"the daemon creates {state} and {state / 'slurm-rl.sqlite'}" in before.stdout
+    assert before.stdout.splitlines()[-1] == "8 of 8 checks passed"
+    assert not state.exists()  # selftest made nothing
+    _daemon(live, tmp_path, state_dir=state).close(retire=False)
+    after = _cli(live, tmp_path, "selftest", enforce=True, state=state)
+    assert after.returncode == 0, after.stdout + after.stderr
+    assert f"state directory {state} is private" in after.stdout
 
 
 def test_selftest_never_writes_an_admin_comment_a_user_chose(
