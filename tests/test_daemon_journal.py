@@ -246,6 +246,7 @@ def test_the_log_lines_and_explain_number_cycles_and_ranks_alike(
     assert first.run_once().ok
     first.close()
     caplog.set_level("INFO")
+    caplog.clear()  # the first run's lines (a logger an earlier test left at INFO)
     restarted = _daemon(tmp_path, _runner(), mode="advise")  # a new process: count restarts
     assert restarted.run_once().ok
     restarted.close()
@@ -281,3 +282,30 @@ def test_revert_undoes_a_call_only_the_journal_saw(tmp_path: Path) -> None:
         assert undo.sent is not None and "ReqNodeList=" in undo.sent.argv
     finally:
         restarted.close(retire=False)
+
+
+def test_a_pinned_job_slurm_does_not_start_is_counted_and_explained(tmp_path: Path) -> None:
+    """Issue 19 (7): pinned jobs waited 45-60 s behind an unpinned one while the summary said
+    "placed"; now a gauge, the INFO line and explain show them."""
+    runner = _runner()
+    clock = [NOW]
+    config = _config(tmp_path)
+    daemon = Daemon(lambda: config, runner=runner, clock=lambda: clock[0])
+    assert daemon.run_once().ok  # pins jobs 3 and 10
+    runner.answer(SQUEUE, _squeue_showing({
+        3: {"required_nodes": "a100-03", "eligible_time": int(NOW) - 1, "state_reason": "Priority"},
+    }))
+    clock[0] += 45
+    result = daemon.run_once()
+    assert result.ok and result.summary is not None
+    assert (result.summary.pinned_waiting, result.summary.pinned_oldest_s) == (1, 45.0)
+    registry = daemon.metrics.registry
+    assert registry.get_sample_value("slurm_rl_pinned_not_started_jobs") == 1
+    assert registry.get_sample_value("slurm_rl_pinned_not_started_oldest_seconds") == 45
+    assert registry.get_sample_value("slurm_rl_fairness_jain_index") is not None
+    daemon.close()
+    conf = tmp_path / "daemon.toml"
+    conf.write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
+    shown = CliRunner().invoke(main, ["explain", "3", "--config", str(conf)])
+    assert shown.exit_code == 0, shown.output
+    assert "pinned 45 s ago and not started yet (Slurm's reason: Priority)" in shown.output

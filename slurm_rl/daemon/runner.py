@@ -247,6 +247,7 @@ class Daemon:
             priority_floor=config.priority_floor,
             migrate=config.migrate,
             max_migrations=config.max_migrations_per_cycle,
+            one_gpu_type=not config.allow_mixed_gpu_types,
             priority_limits=PriorityLimits(config.priority_tolerance_ranks,
                                            config.priority_updates_per_job_hour,
                                            config.priority_updates_per_cycle),
@@ -394,6 +395,9 @@ class Daemon:
                                  summary.actions, summary.job_errors,
                                  Counter(parts.source.set_aside.values()),
                                  summary.oldest_wait_s)
+            self.metrics.fairness(parts.scheduler)
+            self.metrics.actuation(summary.pinned_waiting, summary.pinned_oldest_s,
+                                   summary.priority_withheld)
         return CycleResult(True, duration, summary)
 
     # -- the loop ------------------------------------------------------------------------

@@ -85,6 +85,13 @@ class DaemonMetrics:
         self.reranked = Counter("slurm_rl_fairness_reranked_cycles", "Healthy cycles the "
                                 "fairness guard re-ranked", registry=r)
         self._counted: Reranking | None = None  # the re-ranking last counted, counted once
+        self.pinned_waiting = Gauge("slurm_rl_pinned_not_started_jobs", "Pending jobs holding "
+                                    "a pin an earlier cycle set (placed, not started)",
+                                    registry=r)
+        self.pinned_oldest = Gauge("slurm_rl_pinned_not_started_oldest_seconds", "How long "
+                                   "the longest-waiting of them has held its pin", registry=r)
+        self.priority_held = Counter("slurm_rl_priority_changes_held", "Priority changes the "
+                                     "churn limits held back, by limit", ["limit"], registry=r)
         self.model = Gauge("slurm_rl_active_model_info", "The policy (and bundle version) "
                            "that decides now", ["policy", "version"], registry=r)
         self.last_healthy = Gauge("slurm_rl_last_healthy_cycle_timestamp_seconds",
@@ -128,6 +135,15 @@ class DaemonMetrics:
             self.decisions.labels(action=action).inc(count)
         for kind, count in job_errors.items():
             self.slurm_errors.labels(kind=kind).inc(count)
+
+    def actuation(self, pinned_waiting: int, pinned_oldest_s: float,
+                  priority_withheld: Mapping[str, int]) -> None:
+        """Placed-not-started jobs and held-back priority changes of the last healthy cycle
+        (slurm_rl/slurm/actuator.py)."""
+        self.pinned_waiting.set(pinned_waiting)
+        self.pinned_oldest.set(pinned_oldest_s)
+        for limit, count in priority_withheld.items():
+            self.priority_held.labels(limit=limit).inc(count)
 
     def fairness(self, decider: object) -> None:
         """The fairness figures of the decision ``decider`` made last (the daemon's

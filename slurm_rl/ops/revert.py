@@ -43,7 +43,8 @@ from slurm_rl.slurm.source import to_core_job
 from slurm_rl.store.models import CycleRow, DecisionRow
 from slurm_rl.store.repository import ActionRecord, Store
 
-REVERTED_FIELDS = ("ReqNodeList", "NumNodes", "ExcNodeList", "Priority", "StartTime")
+REVERTED_FIELDS = ("ReqNodeList", "NumNodes", "ExcNodeList", "Priority", "StartTime",
+                   "Features")
 REVERT = "revert"  # policy, mode and action of the rows revert stores about itself
 
 
@@ -120,6 +121,8 @@ def restore_fields(job: SlurmJob, before: Mapping[str, str], now: float) -> dict
         before["ExcNodeList"].split(",")
     ):
         fields["ExcNodeList"] = before["ExcNodeList"]  # empty clears it
+    if "Features" in before and job.features != before["Features"]:
+        fields["Features"] = before["Features"]  # empty clears the one-type constraint
     if before.get("Priority", "").isdigit() and str(job.priority) != before["Priority"]:
         fields["Priority"] = before["Priority"]
     fields.update(_start_time(job, before, now))

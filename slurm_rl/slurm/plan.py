@@ -18,6 +18,7 @@ from slurm_rl.core import Decision, Placement
 from slurm_rl.slurm.client import update_argv
 from slurm_rl.slurm.deferral import deferred_until
 from slurm_rl.slurm.exclusion import plan_exclusion, stale_exclusions
+from slurm_rl.slurm.onetype import FEATURES, OneType
 from slurm_rl.slurm.ownership import EXC, PIN, fold
 from slurm_rl.slurm.priority import PriorityLimits, plan_priorities
 from slurm_rl.slurm.proc import CommandResult, is_unreachable
@@ -46,6 +47,9 @@ class ActuatorConfig:
     restart_wait_s: float = 3.0  # how long a move waits for its requeued job to be pending
     # Priority changes held back (slurm_rl/slurm/priority.py); the default holds none back.
     priority_limits: PriorityLimits = PriorityLimits()
+    # A released untyped job left to Slurm's choice of nodes stays on one GPU type
+    # (slurm_rl/slurm/onetype.py); the daemon turns it on unless allow_mixed_gpu_types.
+    one_gpu_type: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +151,9 @@ def _release_kind(fields: Mapping[str, str]) -> str:
         return "exclude"
     if "StartTime" in fields:
         return "release"
-    return "prioritize" if "Priority" in fields else "unexclude"
+    if "Priority" in fields:
+        return "prioritize"
+    return "constrain" if FEATURES in fields else "unexclude"
 
 
 def _hold_target(job: SlurmJob, now: float, config: ActuatorConfig) -> float | None:
@@ -223,7 +229,8 @@ def plan(
         if job_id not in pending
     })
     ranked = [pending[job_id] for job_id in decision.ranking if job_id in pending]
-    extra = _placing_fields(decision, ranked, state, memory, planned.notes) if placing else {}
+    extra = _placing_fields(decision, ranked, state, memory, planned.notes,
+                            config.one_gpu_type) if placing else {}
     _release_updates(ranked, extra, state.time, config, memory, planned)
     if placing:
         # Jobs no longer released keep no exclusion of ours (cleared with a deferral, if any).
@@ -244,9 +251,12 @@ def _placing_fields(
     state: SlurmState,
     memory: _Memory,
     notes: dict[str, str],
+    one_gpu_type: bool = False,
 ) -> dict[str, dict[str, str]]:
-    """Per released job, the placement and ExcNodeList fields (enforce and shadow only)."""
+    """Per released job, the placement, ExcNodeList and (for an untyped job left to Slurm's
+    choice) Features fields (enforce and shadow only)."""
     out: dict[str, dict[str, str]] = {}
+    one_type = OneType(state.nodes.nodes) if one_gpu_type else None
     for job in ranked:
         placement, pin_note = _users_pin(
             job, decision.placements.get(job.job_id), memory.pinned.get(job.job_id)
@@ -260,6 +270,10 @@ def _placing_fields(
         )
         fields = _placement_fields(job, step.placement)
         fields.update(step.fields)
+        if one_type is not None and step.placement is None:
+            constraint = one_type.constraint(job)
+            if constraint is not None and constraint != job.features:
+                fields[FEATURES] = constraint
         out[job.job_id] = fields
         note = "; ".join(n for n in (pin_note, step.note) if n)
         if note:
@@ -379,5 +393,6 @@ def before_values(job: SlurmJob, fields: Sequence[str]) -> tuple[tuple[str, str]
         "Priority": str(job.priority) if job.priority is not None else "",
         "StartTime": f"{job.eligible_time:.0f}" if job.eligible_time else "",
         EXC: ",".join(job.excluded_nodes),
+        FEATURES: job.features,
     }
     return tuple((name, current.get(name, "")) for name in fields)
