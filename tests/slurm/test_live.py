@@ -267,3 +267,26 @@ def test_a_pin_slurm_refuses_is_journaled_as_refused_with_slurms_message(
     assert entry.slurm_answer == "Invalid node name specified"
     assert live.job(job_id).required_nodes == ()  # Slurm kept the job as it was
     store.engine.dispose()
+
+
+def test_an_untyped_gang_slurm_places_stays_on_one_gpu_type(live: LiveCluster) -> None:
+    """Issue 19: with 4 a100 GPUs free on one node and v100 nodes idle, Slurm would run an
+    untyped 2 x 4-GPU gang on a100 + v100; released with the daemon's one-type constraint it
+    runs on one type (Slurm 22.05.8's matching OR, ``Features=[a100|v100]``)."""
+    source = SlurmSource(live.client)
+    a100 = _nodes(source.snapshot(), "a100")
+    fillers = {live.sbatch("alice", "--gres=gpu:a100:8", "-t", "10"): (node, 8)
+               for node in a100[:-1]}
+    fillers[live.sbatch("bob", "--gres=gpu:a100:4", "-t", "10")] = (a100[-1], 4)
+    placements = {job: Placement((node,), (gpus,)) for job, (node, gpus) in fillers.items()}
+    _actuator(live, source, Mode.ENFORCE).apply(Decision("fill", tuple(fillers), placements))
+    for job_id in fillers:
+        live.wait_state(job_id, "RUNNING", timeout_s=live.window_s + SCHED_SLACK_S)
+    gang = live.sbatch("alice", "-N2", "--gpus-per-node=4", "-t", "10")
+    source.snapshot()
+    config = ActuatorConfig(mode=Mode.ENFORCE, one_gpu_type=True)
+    report = SlurmActuator(live.client, config, source=source).apply(Decision("t", (gang,)))
+    outcome = report.outcome(gang)
+    assert outcome is not None and "Features=[a100|v100]" in outcome.argv and outcome.ok
+    job = live.wait_state(gang, "RUNNING", timeout_s=live.window_s + SCHED_SLACK_S)
+    assert len({node.split("-")[0] for node in job.nodes}) == 1, job.nodes
