@@ -77,16 +77,20 @@ def plan_priorities(
     wanted, top = _walk(ranking, current, floor, ceiling, frozenset())
     if top >= ceiling:  # renumbering is rare and must be whole: no limit applies
         return PriorityPlan(renumber(ranking, floor, ceiling))
-    withheld = {job: RATE for job in _changes(ranking, wanted, current) if not may_change(job)}
-    withheld.update({job: TOLERANCE for job in _tolerated(ranking, current, wanted, floor,
-                                                          ceiling, limits.tolerance_ranks)
-                     if job not in withheld})
-    for _ in range(len(ranking) + 1):  # each pass only holds more jobs back
+    withheld = {job: TOLERANCE for job in _tolerated(ranking, current, wanted, floor, ceiling,
+                                                     limits.tolerance_ranks)}
+    # Holding a job back reshapes the run the others keep, which may change jobs the last
+    # pass did not: every pass checks the rate and the cap again (each holds more back).
+    for _ in range(len(ranking) + 1):
         wanted, _top = _walk(ranking, current, floor, ceiling, frozenset(withheld))
         changes = _changes(ranking, wanted, current)
-        if limits.per_cycle is None or len(changes) <= limits.per_cycle:
+        over_rate = [job for job in changes if not may_change(job)]
+        if over_rate:
+            withheld.update(dict.fromkeys(over_rate, RATE))
+        elif limits.per_cycle is not None and len(changes) > limits.per_cycle:
+            withheld.update(dict.fromkeys(changes[limits.per_cycle:], CAP))
+        else:
             break
-        withheld.update({job: CAP for job in changes[limits.per_cycle:]})
     kept = {job: value for job, value in wanted.items() if job not in withheld}
     return PriorityPlan(kept, withheld)
 
