@@ -69,13 +69,9 @@ def test_no_decision_is_lost_across_a_kill_9_mid_cycle(measured: Measured) -> No
     assert result.figures["pins Slurm took"]
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "measured: untyped jobs the daemon releases with StartTime=now and no pin (the policy "
-    "left them unplaced, or the guard refused a mixed placement: 'released without nodes', "
-    "slurm_rl/daemon/guard.py) are placed by Slurm, which mixes a100 and v100 (-N 2|4 gangs, "
-    "and --gpus=N split over two nodes): 1-2 here; 25 of 82 untyped gangs with "
-    "fifo+best-fit and 17 of 94 with rl+rl in benchmarks/load_live.py; none on a pin"))
 def test_untyped_gangs_run_on_one_gpu_type(measured: Measured) -> None:
+    """Measured before the one-type constraint (slurm_rl/slurm/onetype.py): 25 of 82 untyped
+    gangs on a100 and v100 with fifo+best-fit, all on nodes Slurm chose."""
     result = _verdict(measured, "check_one_type_per_gang")
     assert result.passed, result
 
