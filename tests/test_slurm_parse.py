@@ -6,14 +6,23 @@ and 24.11 files are constructed from the data_parser documentation (see the READ
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
+import math
 import re
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from slurm_rl.core import Placement
+from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.daemon.runner import Daemon
 from slurm_rl.errors import SlurmRLError
+from slurm_rl.ops.metrics import error_kind
+from slurm_rl.slurm import parse
 from slurm_rl.slurm.client import CliSlurmClient, parse_version
 from slurm_rl.slurm.errors import (
     SlurmCommandError,
@@ -24,9 +33,10 @@ from slurm_rl.slurm.errors import (
 from slurm_rl.slurm.gres import GpuCount, GresFormatError, gpu_counts, single_request, total_gpus
 from slurm_rl.slurm.ownership import Ledger, pin_ledger
 from slurm_rl.slurm.parse import parse_jobs, parse_nodes
+from slurm_rl.slurm.records import SlurmJob, new_job
 from slurm_rl.slurm.scontrol import parse_jobs_text, parse_nodes_text, parse_pairs
-from slurm_rl.slurm.source import SlurmSource, SourceConfig
-from tests.slurm.fakes import fixture_text, recorded_cluster
+from slurm_rl.slurm.source import SlurmSource, SourceConfig, core_key, to_core_job
+from tests.slurm.fakes import FakeRunner, fixture_text, recorded_answer, recorded_cluster
 
 # -- GRES / TRES strings ------------------------------------------------------------------
 
@@ -366,6 +376,135 @@ def test_client_errors_are_typed() -> None:
     with pytest.raises(SlurmCommandError, match="something else") as caught:
         client.jobs()
     assert isinstance(caught.value, SlurmRLError)
+    runner.answer(("squeue", "--json"), _mutated(lambda d: d["errors"].append({"errno": 1})))
+    with pytest.raises(SlurmOutputError, match="reported an error") as other:
+        client.jobs()  # an error Slurm reports that is not slurmctld unreachable (below)
+    assert error_kind(other.value) == "output"
+
+
+# -- slurmctld down: what 22.05 prints (recorded, tests/fixtures/slurm/22.05) ------------
+
+SQUEUE_DOWN = "`squeue --json` reported: slurm_load_jobs: Failed while looking for jobs"
+_MUNGE = "error: slurm_send_node_msg: auth_g_create: REQUEST_{}_INFO has authentication error"
+
+
+def _down(name: str) -> FakeRunner:
+    runner, answer = recorded_cluster("22.05"), recorded_answer("22.05", name)
+    runner.answers[answer.argv] = answer
+    return runner
+
+
+@pytest.mark.parametrize(("name", "read", "message"), [
+    ("squeue_unreachable.json", "jobs", SQUEUE_DOWN),
+    ("sinfo_unreachable.json", "nodes", "`sinfo --json` reported: Unspecified error"),
+    ("squeue_munge_down.json", "jobs", f"{SQUEUE_DOWN} (squeue: {_MUNGE.format('JOB')})"),
+    ("sinfo_munge_down.json", "nodes",
+     f"`sinfo --json` reported: Unspecified error (sinfo: {_MUNGE.format('NODE')})"),
+])
+def test_slurmctld_down_is_unreachable_not_bad_output(name: str, read: str, message: str) -> None:
+    """Issue 19: 22.05's squeue/sinfo --json exit 0 with slurmctld (or munged) down, the
+    failure only in the JSON's errors; that was counted as bad output (kind "output")."""
+    with pytest.raises(SlurmUnavailableError) as caught:
+        getattr(CliSlurmClient(runner=_down(name)), read)()
+    assert str(caught.value) == f"slurmctld is not reachable: {message}"
+    assert error_kind(caught.value) == "unreachable"
+
+
+def test_the_cycle_says_slurmctld_is_down(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = DaemonConfig(mode="shadow", state_dir=tmp_path)
+    daemon = Daemon(lambda: config, runner=_down("squeue_unreachable.json"), clock=time.time)
+    with caplog.at_level(logging.WARNING):
+        result = daemon.run_once()
+    daemon.close()
+    line = f"cycle skipped: slurmctld is not reachable: {SQUEUE_DOWN}"
+    assert result.error == line and line in caplog.messages
+    count = daemon.metrics.registry.get_sample_value
+    assert [count("slurm_rl_slurm_errors_total", {"kind": k}) for k in ("unreachable", "output")
+            ] == [1.0, None]  # the metric's kind
+
+
+# -- the fast path: a well-formed 22.05 document, read as the general path reads it -------
+
+_ODD = [None, "", 0, -1, 2.5, math.nan, True, "x", "(null)", "n[1-2]", "gpu:a100:2", "idle",
+        ["a", "b"], [1], {"set": True, "infinite": False, "number": 5}, 0xFFFFFFFE, 2**70]
+
+
+Reader = Callable[[str, str], object]
+
+
+def _outcome(read: Reader, text: str) -> object:
+    try:
+        return read(text, "squeue --json")
+    except SlurmOutputError as exc:
+        return str(exc)
+
+
+@pytest.mark.parametrize(("name", "key", "struct", "plain", "general"), [
+    ("squeue.json", "jobs", parse._PlainJob, parse._plain_jobs, parse.general_jobs),
+    ("sinfo.json", "nodes", parse._PlainNode, parse._plain_nodes, parse.general_nodes),
+])
+def test_the_fast_path_reads_no_value_otherwise(name: str, key: str, struct: type,
+                                               plain: Reader, general: Reader) -> None:
+    doc = json.loads(fixture_text("22.05", name))
+    read = parse_jobs if key == "jobs" else parse_nodes
+    assert plain(json.dumps(doc), "x") == general(json.dumps(doc), "x") is not None
+    for field in struct.__struct_fields__:
+        for value in [*_ODD, "(missing)"]:
+            record = {k: v for k, v in doc[key][1].items() if k != field}
+            if value != "(missing)":
+                record[field] = value
+            text = json.dumps({**doc, key: [doc[key][0], record]})
+            assert _outcome(read, text) == _outcome(general, text), (field, value)
+
+
+class _Reads(dict):  # type: ignore[type-arg]
+    """A record that notes in ``read`` the keys asked for (get, and ``in`` before [])."""
+
+    def get(self, key: str, default: object = None) -> object:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(key)
+        return super().__contains__(key)
+
+
+def test_the_fast_path_decodes_every_field_the_general_path_reads() -> None:
+    assert parse.FAST_JOBS, "SlurmJob has fields _plain_job does not give: the fast path is off"
+    for name, key, struct, read in (("squeue.json", "jobs", parse._PlainJob, parse.parse_job), (
+            "sinfo.json", "nodes", parse._PlainNode, parse.parse_flat_node)):
+        for record in json.loads(fixture_text("22.05", name))[key]:
+            reads = _Reads(record)
+            reads.read = set()
+            read(reads, 0, name)
+            assert reads.read <= set(struct.__struct_fields__), reads.read
+    job = parse_jobs(fixture_text("22.05", "squeue.json")).jobs[0]
+    made = new_job(*(getattr(job, f.name) for f in dataclasses.fields(SlurmJob)))
+    assert type(made) is SlurmJob and made == job and hash(made) == hash(job)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.name = "x"  # type: ignore[misc]
+
+
+def _other(value: object) -> object:
+    if isinstance(value, bool | int | float):
+        return not value if isinstance(value, bool) else value + 1
+    return (*value, "x") if isinstance(value, tuple) else f"{value}x"
+
+
+def test_a_core_job_is_built_again_when_a_field_it_reads_changed() -> None:
+    for job in parse_jobs(fixture_text("22.05", "squeue.json")).jobs:
+        for field in dataclasses.fields(SlurmJob):
+            changed = dataclasses.replace(job, **{field.name: _other(getattr(job, field.name))})
+            if core_key(changed) == core_key(job):  # the source keeps the Job it built
+                assert to_core_job(changed) == to_core_job(job), field.name
+    runner, prio = recorded_cluster("22.05"), _jobs_2205()["pending_prio"]
+    source = SlurmSource(CliSlurmClient(runner=runner), pins=_recorded_pins("22.05"))
+    assert [j.num_gpus for j in source.snapshot().pending if j.job_id == prio] == [8]
+    doc = json.loads(fixture_text("22.05", "squeue.json"))
+    for record in (r for r in doc["jobs"] if str(r["job_id"]) == prio):
+        record["tres_per_node"] = "gres:gpu:a100:2"
+    runner.answer(("squeue", "--json"), json.dumps(doc))
+    assert [j.num_gpus for j in source.snapshot().pending if j.job_id == prio] == [2]
 
 
 # -- scontrol text ------------------------------------------------------------------------

@@ -8,17 +8,24 @@ slurmrestd or pyslurm clients can implement the same protocol.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol, TypeVar, runtime_checkable
 
-from slurm_rl.slurm.errors import SlurmCommandError, SlurmOutputError, SlurmTimeoutError
+from slurm_rl.slurm.errors import (
+    SlurmCommandError,
+    SlurmOutputError,
+    SlurmReportedError,
+    SlurmTimeoutError,
+    SlurmUnavailableError,
+)
 from slurm_rl.slurm.parse import parse_jobs, parse_nodes
-from slurm_rl.slurm.proc import CommandResult, Runner, check, make_runner
+from slurm_rl.slurm.proc import CommandResult, Runner, check, make_runner, reports_unreachable
 from slurm_rl.slurm.records import JobsReport, NodesReport
 from slurm_rl.slurm.reservations import SlurmReservation, parse_reservations
 from slurm_rl.slurm.scontrol import ScontrolJob, ScontrolNode, parse_jobs_text, parse_nodes_text
 
 DEFAULT_TIMEOUT_S = 15.0
+_Report = TypeVar("_Report", JobsReport, NodesReport)
 _VERSION = re.compile(r"slurm[- ](?:wlm )?(\d+)\.(\d+)\.(\d+)")
 
 
@@ -62,6 +69,14 @@ def update_argv(job_ids: Sequence[str], fields: Mapping[str, str]) -> tuple[str,
     return ("scontrol", "update", f"JobId={','.join(job_ids)}", *pairs)
 
 
+def _reported_text(entry: Mapping[str, object]) -> str:
+    """``slurm_load_jobs: Failed while looking for jobs``: where Slurm says it failed, and
+    its words."""
+    text = str(entry.get("description") or entry.get("error") or "no description")
+    source = entry.get("source")
+    return f"{source}: {text}" if source else text
+
+
 def parse_version(text: str) -> tuple[int, int, int]:
     """``slurm 22.05.8`` (or ``slurm-wlm 22.05.8``) -> (22, 5, 8)."""
     match = _VERSION.search(text)
@@ -95,16 +110,27 @@ class CliSlurmClient:
         return self._version
 
     def jobs(self) -> JobsReport:
-        result = check(self._run(("squeue", "--json"), self.timeout_s))
-        return parse_jobs(result.stdout, "squeue --json")
+        return self._read_json(("squeue", "--json"), parse_jobs)
 
     def nodes(self) -> NodesReport:
         # 23.02+ regroups sinfo's JSON by identical nodes; scontrol's is one record a node.
         argv: tuple[str, ...] = ("sinfo", "--json")
         if self.version() >= (23, 2, 0):
             argv = ("scontrol", "show", "nodes", "--json")
+        return self._read_json(argv, parse_nodes)
+
+    def _read_json(self, argv: tuple[str, ...], parse: Callable[[str, str], _Report]) -> _Report:
+        """Run a ``--json`` command and parse its document. A document whose ``errors`` say
+        the query to slurmctld failed (the command still exits 0) is slurmctld unreachable,
+        not bad output."""
         result = check(self._run(argv, self.timeout_s))
-        return parse_nodes(result.stdout, " ".join(argv))
+        try:
+            return parse(result.stdout, " ".join(argv))
+        except SlurmReportedError as exc:
+            if not reports_unreachable(exc.entry):
+                raise
+            raise SlurmUnavailableError(argv, result.returncode, result.stderr,
+                                        _reported_text(exc.entry)) from exc
 
     def show_job(self, job_id: str) -> ScontrolJob | None:
         result = self._run(("scontrol", "show", "job", "-o", job_id), self.timeout_s)

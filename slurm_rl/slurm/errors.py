@@ -6,7 +6,7 @@ the daemon can print it (or record it) without a traceback.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from slurm_rl.errors import InputError, SlurmRLError
 
@@ -15,22 +15,30 @@ def _command_text(argv: Sequence[str]) -> str:
     return " ".join(argv)
 
 
+def _failure_text(argv: Sequence[str], returncode: int, stderr: str, reported: str) -> str:
+    last = stderr.splitlines()[-1] if stderr else ""
+    if reported:  # the command exited 0 and said what failed in its JSON
+        return f"`{_command_text(argv)}` reported: {reported}" + (f" ({last})" if last else "")
+    return f"`{_command_text(argv)}` failed (exit {returncode}): {last or 'no error output'}"
+
+
 class SlurmError(SlurmRLError):
     """Base class of every Slurm-side failure."""
 
 
 class SlurmCommandError(SlurmError):
-    """A Slurm command exited non-zero (or could not be started)."""
+    """A Slurm command exited non-zero (or could not be started), or exited 0 with an error
+    in its JSON's ``errors`` list (``reported``: what it says)."""
 
     prefix = ""
 
-    def __init__(self, argv: Sequence[str], returncode: int, stderr: str) -> None:
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str,
+                 reported: str = "") -> None:
         self.argv = tuple(argv)
         self.returncode = returncode
         self.stderr = stderr.strip()
-        detail = self.stderr.splitlines()[-1] if self.stderr else "no error output"
-        text = f"`{_command_text(argv)}` failed (exit {returncode}): {detail}"
-        super().__init__(self.prefix + text)
+        self.reported = reported
+        super().__init__(self.prefix + _failure_text(argv, returncode, self.stderr, reported))
 
 
 class SlurmTimeoutError(SlurmError):
@@ -50,6 +58,14 @@ class SlurmUnavailableError(SlurmCommandError):
 
 class SlurmOutputError(InputError):
     """Slurm answered, but with output we cannot use (truncated JSON, missing fields...)."""
+
+
+class SlurmReportedError(SlurmOutputError):
+    """Slurm's JSON document has a non-empty ``errors`` list; ``entry`` is its first one."""
+
+    def __init__(self, message: str, *, path: str, entry: Mapping[str, object]) -> None:
+        super().__init__(message, path=path)
+        self.entry = entry
 
 
 class DevClusterError(SlurmError):

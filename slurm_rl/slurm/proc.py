@@ -83,6 +83,17 @@ def is_unreachable(stderr: str) -> bool:
     return any(marker in stderr for marker in _UNREACHABLE_MARKERS)
 
 
+def reports_unreachable(entry: Mapping[str, object]) -> bool:
+    """True when an entry of a ``--json`` document's ``errors`` list says the command's query
+    to slurmctld failed. Slurm 22.05 exits 0 then and gives no reason: measured with slurmctld
+    stopped and with munged stopped (tests/fixtures/slurm/22.05/*_unreachable.json,
+    *_munge_down.json), squeue --json reports ``slurm_load_jobs`` "Failed while looking for
+    jobs" with error_number -1, sinfo --json "Unspecified error" with errno -1 (SLURM_ERROR:
+    the call failed); a reason in the entry is one of :data:`_UNREACHABLE_MARKERS`."""
+    number = entry.get("error_number", entry.get("errno"))
+    return number == -1 or is_unreachable(" ".join(str(value) for value in entry.values()))
+
+
 def check(result: CommandResult) -> CommandResult:
     """Return ``result`` if it succeeded, else raise the matching typed error."""
     if result.ok:

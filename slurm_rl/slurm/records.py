@@ -7,7 +7,9 @@ nothing above it knows which version answered.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any, cast
 
 # Base job states in which a job holds no resources and will not run again.
 FINISHED_STATES = frozenset(
@@ -148,6 +150,30 @@ class SlurmJob:
         return self.requeue and CHECKPOINT_TAG in self.comment.replace(",", " ").split()
 
 
+def _unfrozen_twin(cls: type) -> type:
+    """A dataclass with ``cls``'s fields, slots (so the same memory layout) and __init__,
+    but not frozen: its __init__ stores each field directly."""
+    fields = [(f.name, f.type, dataclasses.field(default=f.default,
+                                                 default_factory=f.default_factory))
+              for f in dataclasses.fields(cls)]
+    return dataclasses.make_dataclass(f"_Unfrozen{cls.__name__}", fields, slots=True,
+                                      eq=False, repr=False, match_args=False)
+
+
+_UnfrozenSlurmJob = _unfrozen_twin(SlurmJob)
+
+
+def new_job(*values: Any) -> SlurmJob:
+    """``SlurmJob(*values)`` in a sixth of the time (fields by position, in their order). A
+    frozen dataclass's __init__ sets each of its 31 fields through ``object.__setattr__``
+    (8 us a job on a slow core: 0.06 s of a 7,200-job daemon cycle); the unfrozen twin
+    stores them as plain slots, then the object becomes the SlurmJob it is laid out as,
+    frozen like any other."""
+    job = _UnfrozenSlurmJob(*values)
+    job.__class__ = SlurmJob
+    return cast(SlurmJob, job)
+
+
 @dataclass(frozen=True, slots=True)
 class SlurmNode:
     """One node: its states (upper case, base first), GRES strings and partitions."""
@@ -162,6 +188,19 @@ class SlurmNode:
     @property
     def usable(self) -> bool:
         return not any(state in UNUSABLE_NODE_STATES for state in self.states)
+
+
+def merge_partitions(nodes: list[SlurmNode]) -> tuple[SlurmNode, ...]:
+    """sinfo lists a node once per partition; keep one record with all its partitions."""
+    merged: dict[str, SlurmNode] = {}
+    for node in nodes:
+        seen = merged.get(node.name)
+        if seen is None:
+            merged[node.name] = node
+            continue
+        parts = seen.partitions + tuple(p for p in node.partitions if p not in seen.partitions)
+        merged[node.name] = dataclasses.replace(seen, partitions=parts)
+    return tuple(merged.values())
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,6 +122,17 @@ def to_core_job(job: SlurmJob) -> Job | None:
     )
 
 
+def core_key(job: SlurmJob) -> tuple[object, ...]:
+    """Every field :func:`to_core_job` reads: while these hold, so does the Job it built (a
+    pending job's request rarely changes; its priority and reason change, unread here)."""
+    return (job.job_id, job.submit_time, job.user, job.partition, job.node_count, job.tasks,
+            job.tres_per_job, job.tres_per_node, job.tres_per_task, job.time_limit_s,
+            job.requeue, job.comment, job.nice)
+
+
+_Kept = tuple[tuple[object, ...], Job | None]  # a core_key and the Job built from it
+
+
 def placement_of(job: SlurmJob, core: Job) -> Placement | None:
     """Where a started job runs: per-node GPUs from gres_detail, else from its request."""
     if not job.nodes:
@@ -189,7 +200,10 @@ class SlurmSource:
         self.last_state: SlurmState | None = None
         self._reported: set[str] = set()
         self._placements: dict[str, Placement] = {}
-        self._cores: dict[str, Job] = {}  # this query's jobs as core types, built once
+        self._runs: dict[str, tuple[tuple[object, ...], list[RunningJob]]] = {}  # _running
+        # this query's jobs as core Jobs, by id, with their core_key: a Job is built again
+        # only when its key changed (7,200 of them took 0.05 s a query)
+        self._cores: dict[str, _Kept] = {}
         self._cluster: Cluster | None = None  # the last snapshot's, reused while it is equal
         # pending jobs left out of the last snapshot, by id: what they wait on (waiting.py)
         self.set_aside: dict[str, str] = {}
@@ -204,8 +218,8 @@ class SlurmSource:
         self._note_unreadable(jobs.unreadable)
         nodes = self.client.nodes()
         reservations = tuple(self.client.reservations())
-        self._cores = {}
-        managed = {j.job_id: j for j in jobs.jobs if self._is_managed(j)}
+        previous, self._cores = self._cores, {}
+        managed = {j.job_id: j for j in jobs.jobs if self._is_managed(j, previous)}
         self.last_state = SlurmState(now, jobs, nodes, FrozenDict(managed), reservations)
         return self.last_state
 
@@ -235,16 +249,22 @@ class SlurmSource:
         Slurm's, else ``slurm``."""
         return self.config.cluster_name or state.nodes.meta.cluster or "slurm"
 
-    def _is_managed(self, job: SlurmJob) -> bool:
+    def _is_managed(self, job: SlurmJob, previous: Mapping[str, _Kept]) -> bool:
         if job.array_pending or job.het_job:
             return False
-        if not in_partitions(job.partition.split(","), self.config.partitions):
+        if self.config.partitions and not in_partitions(job.partition.split(","),
+                                                        self.config.partitions):
             return False
-        core = to_core_job(job)
-        if core is None:
-            return False
-        self._cores[job.job_id] = core
-        return True
+        key = core_key(job)
+        kept = previous.get(job.job_id)
+        if kept is None or kept[0] != key:
+            kept = (key, to_core_job(job))
+        self._cores[job.job_id] = kept
+        return kept[1] is not None
+
+    def _core(self, job: SlurmJob) -> Job | None:
+        kept = self._cores.get(job.job_id)
+        return kept[1] if kept is not None else to_core_job(job)
 
     def _split(
         self, jobs: Iterable[SlurmJob], now: float
@@ -256,7 +276,7 @@ class SlurmSource:
         seen: set[str] = set()
         for job in jobs:
             seen.add(job.job_id)
-            core = self._cores.get(job.job_id) or to_core_job(job)
+            core = self._core(job)
             if core is None:
                 continue
             if job.is_pending:
@@ -268,9 +288,6 @@ class SlurmSource:
                     set_aside[job.job_id] = waits
             elif job.is_active:
                 self._reported.discard(job.job_id)
-                if core.checkpointable and not self.pins.owns(job):
-                    # A move would overwrite someone else's --nodelist: offer it to no policy.
-                    core = dataclasses.replace(core, checkpointable=False)
                 running.extend(self._running(job, core))
             elif job.is_finished:
                 finished.extend(self._finished(job, core))
@@ -293,6 +310,19 @@ class SlurmSource:
         self.set_aside = set_aside
 
     def _running(self, job: SlurmJob, core: Job) -> list[RunningJob]:
+        """The running job, built again only when what it is built from changed (as the
+        core Jobs: 2,000 running jobs took 0.02 s a query)."""
+        # A move would overwrite someone else's --nodelist: offer it to no policy.
+        movable = core.checkpointable and self.pins.owns(job)
+        key = (core, movable, job.start_time, job.nodes, job.gres_detail)
+        kept = self._runs.get(job.job_id)
+        if kept is None or kept[0] != key:
+            if core.checkpointable and not movable:
+                core = dataclasses.replace(core, checkpointable=False)
+            kept = self._runs[job.job_id] = (key, self._run(job, core))
+        return kept[1]
+
+    def _run(self, job: SlurmJob, core: Job) -> list[RunningJob]:
         placement = placement_of(job, core)
         if placement is None or job.start_time is None:
             return []
@@ -314,6 +344,6 @@ class SlurmSource:
     def _forget_missing(self, seen: set[str]) -> None:
         # Jobs past MinJobAge leave squeue for good: drop what we kept about them.
         self._reported &= seen
-        for job_id in list(self._placements):
-            if job_id not in seen:
-                del self._placements[job_id]
+        for kept in (self._placements, self._runs):
+            for job_id in [job_id for job_id in kept if job_id not in seen]:
+                del kept[job_id]
