@@ -63,12 +63,23 @@ class Cluster:
     name: str
     nodes: tuple[Node, ...]
     _index: Mapping[str, int] = field(init=False, repr=False, compare=False)
+    _of_type: Mapping[str, frozenset[int]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         index = {node.name: i for i, node in enumerate(self.nodes)}
         if len(index) != len(self.nodes):
             raise ValueError(f"cluster {self.name!r} has duplicate node names")
         object.__setattr__(self, "_index", FrozenDict(index))
+        # Placement asks "which nodes have this type?" for every job of every cycle.
+        of_type: dict[str, set[int]] = {}
+        for i, node in enumerate(self.nodes):
+            of_type.setdefault(node.gpu_type.lower(), set()).add(i)
+        object.__setattr__(self, "_of_type",
+                           FrozenDict({t: frozenset(ix) for t, ix in of_type.items()}))
+
+    def nodes_of_type(self, gpu_type: str) -> frozenset[int]:
+        """Indices of the nodes whose GPU type is ``gpu_type`` (case-insensitive)."""
+        return self._of_type.get(gpu_type.lower(), frozenset())
 
     def index(self, node_name: str) -> int:
         return self._index[node_name]

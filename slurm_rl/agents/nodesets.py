@@ -16,13 +16,10 @@ from slurm_rl.core import Cluster, Job, Placement
 
 def usable_nodes(job: Job, cluster: Cluster, free_gpus: Sequence[int]) -> list[int]:
     """Indices of nodes with at least one free GPU of a type the job accepts."""
-    wanted = job.gpu_type.lower() if job.gpu_type else None
-    nodes = cluster.nodes
-    return [
-        i
-        for i, free in enumerate(free_gpus)
-        if free > 0 and (wanted is None or nodes[i].gpu_type.lower() == wanted)
-    ]
+    if not job.gpu_type:
+        return [i for i, free in enumerate(free_gpus) if free > 0]
+    of_type = cluster.nodes_of_type(job.gpu_type)
+    return [i for i, free in enumerate(free_gpus) if free > 0 and i in of_type]
 
 
 def place_in_order(
@@ -31,8 +28,8 @@ def place_in_order(
     """The first placement found walking nodes in ``order`` (most preferred first), using only
     nodes of the job's GPU type when it names one."""
     if job.gpu_type:
-        wanted = job.gpu_type.lower()
-        order = [i for i in order if cluster.nodes[i].gpu_type.lower() == wanted]
+        of_type = cluster.nodes_of_type(job.gpu_type)
+        order = [i for i in order if i in of_type]
     if job.gpus_per_node is not None or job.num_nodes is not None:
         return _fixed_shape(job, cluster, free_gpus, order)
     candidates = [i for i in order if free_gpus[i] > 0]

@@ -127,7 +127,9 @@ def _users_pin(
 def _placement_fields(job: SlurmJob, placement: Placement | None) -> dict[str, str]:
     fields: dict[str, str] = {}
     if placement is not None and set(job.required_nodes) != set(placement.nodes):
-        fields[PIN] = str(NodeSet.fromlist(placement.nodes))
+        # one node (most placements) needs no folding; ClusterShell's costs ~0.2 ms a job
+        nodes = placement.nodes
+        fields[PIN] = nodes[0] if len(nodes) == 1 else str(NodeSet.fromlist(nodes))
         count = placement.num_nodes
         fields["NumNodes"] = f"{count}-{count}"
     return fields
