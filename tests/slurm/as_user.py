@@ -27,6 +27,7 @@ PRELOAD = (
     "json", "subprocess", "tomllib", "select", "selectors", "signal", "http.server",
     "wsgiref.simple_server", "urllib.parse", "email.utils", "decimal", "uuid", "zoneinfo",
     "tempfile", "shutil", "hashlib", "csv", "gzip", "bz2", "lzma", "zipfile",
+    "_strptime",  # time.strptime imports it at first use (sacct times, accounting_outcomes)
 )
 
 

@@ -168,9 +168,11 @@ def compose_cluster() -> Iterator[LiveCluster]:
 
 
 def daemon_toml(settings: dict[str, object]) -> str:
-    """A ``[daemon]`` table with these settings (strings, numbers, lists of them)."""
+    """A ``[daemon]`` table with these settings (strings, booleans, numbers, lists of them)."""
 
     def value(v: object) -> str:
+        if isinstance(v, bool):  # TOML's true/false; str(True) is not TOML
+            return "true" if v else "false"
         if isinstance(v, str):
             return f'"{v}"'
         if isinstance(v, list):
