@@ -40,6 +40,9 @@ MAX_BUFFERED_OUTCOMES = 100_000
 Signature = tuple[object, ...]
 MOVE_REFUSALS = frozenset({"not_running", "not_movable", "over_cap"})
 Queued = tuple[str, str, FinishedJob]  # cluster, source, job
+# A pinned job Slurm has not started after this long gets a decision row saying so (and one
+# more each time Slurm's reason changes); one that starts within a few cycles costs none.
+NOTABLE_PIN_WAIT_S = 30.0
 
 
 def action_record(outcome: JobOutcome, why: Mapping[str, Any] | None = None) -> ActionRecord:
@@ -202,7 +205,7 @@ class StoreRecorder:
         fresh = []
         reasons: Mapping[str, Any] = getattr(self.explainer, "explanations", None) or {}
         waiting = {job_id: {"pinned_s": round(age, 1), "reason": reason}
-                   for job_id, age, reason in pinned_waiting}
+                   for job_id, age, reason in pinned_waiting if age >= NOTABLE_PIN_WAIT_S}
         for outcome in outcomes:
             record = action_record(outcome, reasons.get(outcome.job_id))
             if outcome.job_id in waiting:
