@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from slurm_rl import __version__
-from slurm_rl.cli_options import FiniteFloat, WritableDir, checkpoint_options
+from slurm_rl.cli_options import FiniteFloat, WritableDir, checkpoint_options, fairness_option
 from slurm_rl.errors import SlurmRLError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -106,6 +106,7 @@ def main() -> None:
 @click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=1),
               help="Replay every policy under N machine-fluctuation seeds (the spec's, +1, …) "
                    "and print means over them; --report writes one report per replica.")
+@fairness_option
 def simulate(**options: Any) -> None:
     """Replay a trace on a simulated cluster with several policies and compare them."""
     from slurm_rl.simulate_command import run_simulate

@@ -418,3 +418,15 @@ def test_the_daemon_ranks_with_its_configured_rules_and_reports_them(tmp_path: P
         assert ratio == pytest.approx(reranking.fairness.wait_ratio)
     finally:
         daemon.close(retire=False)
+
+
+def test_simulate_takes_the_fairness_bound_and_refuses_one_below_1() -> None:
+    """docs/daemon.md shows ``slurm-rl simulate --fairness-max-wait-ratio``: it exists."""
+    from click.testing import CliRunner
+
+    from slurm_rl.cli import main
+
+    bad = CliRunner().invoke(main, ["simulate", "--cluster", "tiny",
+                                    "--fairness-max-wait-ratio", "0.5"])
+    assert bad.exit_code != 0 and "--fairness-max-wait-ratio must be 0 (off) or at least 1" \
+        in bad.output
