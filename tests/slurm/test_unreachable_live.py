@@ -54,3 +54,22 @@ def test_a_stopped_slurmctld_is_logged_and_counted_as_unreachable(
     assert errors.get("unreachable", 0) >= 1 and set(errors) == {"unreachable"}, errors
     live.controller.start_controller()
     rig.wait_healthy_cycles()
+    _wait_until_it_schedules(live)
+
+
+def _wait_until_it_schedules(live: LiveCluster) -> None:
+    """The next test needs a cluster that schedules: a restarted slurmctld starts nothing
+    until every slurmd has registered again (sinfo marks the others with '*'), and a job
+    submitted right after it may still wait a pass for its reason (measured: a dependent
+    job's reason None, not Dependency). A probe job that runs to its end shows it does."""
+    live.wait_for(lambda: _every_node_answers(live), "every node back after the restart", 90.0)
+    live.stop_beating()  # the probe must not wait out a deferral window
+    probe = live.sbatch(None, "--gres=gpu:1", "-t", "1", script="true")
+    live.wait_state(probe, "COMPLETED", timeout_s=90.0)
+    live.beat()
+
+
+def _every_node_answers(live: LiveCluster) -> bool:
+    result = live.run("sinfo", "-h", "-N", "-o", "%T")
+    states = result.stdout.split()
+    return result.ok and bool(states) and not any(state.endswith("*") for state in states)

@@ -21,6 +21,10 @@ def test_held_and_dependent_jobs_are_left_to_slurm(live: LiveCluster, tmp_path: 
     child = live.sbatch("alice", "--gres=gpu:a100:8", "-t", "10",
                         f"--dependency=afterok:{parent}")
     plain = live.sbatch("bob", "--gres=gpu:1", "-t", "10", script="sleep 2")
+    # Slurm names the dependency at its next scheduling pass (at once on a settled cluster;
+    # seconds later right after a slurmctld restart, as the fault tests leave it)
+    live.wait_for(lambda: live.job(child).reason == "Dependency", "the child's reason",
+                  SCHED_SLACK_S)
     daemon = _daemon(live, tmp_path, policy="fifo+best-fit")
     try:
         assert daemon.run_once().ok
