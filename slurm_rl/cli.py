@@ -13,7 +13,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from slurm_rl import __version__
-from slurm_rl.cli_options import FiniteFloat, WritableDir, checkpoint_options, fairness_option
+from slurm_rl.cli_options import (
+    FiniteFloat,
+    WritableDir,
+    checkpoint_options,
+    fairness_option,
+    world_options,
+)
 from slurm_rl.errors import SlurmRLError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -92,6 +98,7 @@ def main() -> None:
 @click.option("--cycle", "cycle_s", default=10.0, show_default=True,
               type=FiniteFloat(min=0.0), help="Seconds between decisions.")
 @click.option("--no-fluctuation", is_flag=True, help="Machines keep their nominal speed.")
+@world_options
 @checkpoint_options
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--fee-weight", "fee_weight", default=None, type=FiniteFloat(min=0.0),

@@ -78,3 +78,24 @@ def fairness_option(command: F) -> F:
              "user's mean wait exceeds this multiple of the users' average; 0 = off "
              f"[default: {DEFAULT_MAX_WAIT_RATIO:g}, the daemon's].",
     )(command)
+
+
+def world_options(command: F) -> F:
+    """``--performance`` and ``--slurm-scheduler``: how fast replayed jobs run
+    (``Scenario.performance``) and which slurmctld scheduler ``slurm`` mode emulates
+    (``SimConfig.slurm_scheduler``); see docs/slurm-emulation.md."""
+    from slurm_rl.scenario import PERFORMANCE_MODES
+    from slurm_rl.simulator.slurm_emulation import SLURM_SCHEDULERS
+
+    command = click.option(
+        "--slurm-scheduler", "slurm_scheduler", type=click.Choice(SLURM_SCHEDULERS),
+        default=None,
+        help="The SchedulerType --mode slurm emulates: backfill (sched/backfill, EASY) or "
+             "builtin (sched/builtin: strict priority order, no backfill) [default: backfill].",
+    )(command)
+    return click.option(
+        "--performance", type=click.Choice(PERFORMANCE_MODES), default="measured",
+        show_default=True,
+        help="measured: GPU-type speeds, spread and co-location from measured data, machine "
+             "fluctuation; fixed: every job runs exactly its trace duration.",
+    )(command)

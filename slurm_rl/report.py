@@ -100,6 +100,8 @@ def as_json(results: Sequence[ReplayResult], scenario: Scenario) -> str:
             "trace_source": scenario.trace.source,
             "cluster": scenario.cluster.name,
             "mode": scenario.sim.mode,
+            "slurm_scheduler": scenario.sim.slurm_scheduler,
+            "performance": scenario.performance,
             "fluctuation": scenario.fluctuation,
             "checkpointable": scenario.checkpointable,
             "restart_overhead_s": scenario.sim.restart_overhead_s,

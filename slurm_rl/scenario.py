@@ -17,9 +17,12 @@ from slurm_rl.simulator.engine import ActionMode, SimConfig, Simulation
 from slurm_rl.simulator.fluctuation import MachineFluctuation
 from slurm_rl.simulator.outcomes import JobOutcome, Timeline
 from slurm_rl.simulator.perfmodel import PerformanceModel
-from slurm_rl.simulator.speed import SpeedModel
+from slurm_rl.simulator.speed import FixedSpeedModel, SpeedModel
 from slurm_rl.simulator.world import SimActuator, TraceSource
 from slurm_rl.traces import Trace
+
+PerformanceMode = Literal["measured", "fixed"]
+PERFORMANCE_MODES: tuple[PerformanceMode, ...] = ("measured", "fixed")
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,9 @@ class Scenario:
     # the share of jobs that save checkpoints and may be requeued to move them
     # (Job.checkpointable): the same jobs for every policy and replica
     checkpointable: float = 0.0
+    # "measured": the performance model (type speeds, spread, co-location, fluctuation);
+    # "fixed": every job runs its trace duration (FixedSpeedModel, no fluctuation)
+    performance: PerformanceMode = "measured"
 
     def measured(self, outcomes: Sequence[JobOutcome]) -> list[JobOutcome]:
         start = self.measure_from
@@ -119,10 +125,12 @@ class ReplayResult:
 def build_simulation(scenario: Scenario, perf: PerformanceModel | None = None) -> Simulation:
     perf = scenario.spec.performance_model(perf)
     cluster = scenario.cluster
+    fixed = scenario.performance == "fixed"
     fluctuation = None
-    if scenario.fluctuation and scenario.spec.fluctuation.enabled:
+    if scenario.fluctuation and scenario.spec.fluctuation.enabled and not fixed:
         fluctuation = MachineFluctuation(len(cluster.nodes), scenario.spec.fluctuation)
-    speed = SpeedModel(cluster, perf, scenario.trace.reference_gpu, fluctuation)
+    model = FixedSpeedModel if fixed else SpeedModel
+    speed = model(cluster, perf, scenario.trace.reference_gpu, fluctuation)
     jobs, _ = scenario.runnable_jobs()
     return Simulation(cluster, jobs, speed, fluctuation, scenario.sim)
 

@@ -22,6 +22,7 @@ from slurm_rl.scenario import ReplayResult, Scenario, replay
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
 from slurm_rl.simulator.engine import SimConfig
 from slurm_rl.simulator.perfmodel import datasheet_gpu_speeds
+from slurm_rl.simulator.slurm_emulation import SlurmScheduler
 from slurm_rl.workloads import open_measured_workload
 
 _progress_counter: Any = None  # a shared counter of finished decision cycles, set per worker
@@ -59,12 +60,23 @@ def build_scenario(options: dict[str, Any]) -> Scenario:
         warmup_days=options["warmup_days"],
     )
     config = SimConfig(mode=options["mode"], cycle_s=options["cycle_s"], seed=options["seed"],
-                       restart_overhead_s=options.get("restart_overhead_s") or 300.0)
+                       restart_overhead_s=options.get("restart_overhead_s") or 300.0,
+                       slurm_scheduler=_slurm_scheduler(options))
     scenario = Scenario(spec=spec, trace=trace, sim=config,
                         fluctuation=not options["no_fluctuation"], measure_from=measure_from,
-                        checkpointable=options.get("checkpointable") or 0.0)
+                        checkpointable=options.get("checkpointable") or 0.0,
+                        performance=options.get("performance") or "measured")
     _check_something_to_measure(scenario)
     return scenario
+
+
+def _slurm_scheduler(options: dict[str, Any]) -> SlurmScheduler:
+    """``--slurm-scheduler``: only ``--mode slurm`` has a Slurm scheduler to emulate."""
+    chosen: SlurmScheduler | None = options.get("slurm_scheduler")
+    if chosen is not None and options["mode"] != "slurm":
+        raise InputError(f"--slurm-scheduler {chosen} needs --mode slurm (in direct mode the "
+                         "policy starts jobs itself; no Slurm scheduler is emulated)")
+    return chosen or "backfill"
 
 
 def _check_something_to_measure(scenario: Scenario) -> None:

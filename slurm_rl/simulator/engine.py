@@ -38,6 +38,7 @@ from slurm_rl.simulator.outcomes import JobOutcome, Timeline
 from slurm_rl.simulator.slurm_emulation import (
     RunningShape,
     SlurmJobState,
+    SlurmScheduler,
     schedule_pass,
     valid_pin,
 )
@@ -61,6 +62,8 @@ class SimConfig:
     how many queued jobs one emulated scheduling pass looks at (Slurm's ``bf_max_job_test``).
     ``restart_overhead_s``: what a migrated job loses, in seconds of work on the trace's
     reference hardware: the work since its last checkpoint plus loading it again.
+    ``slurm_scheduler``: the SchedulerType emulated in ``slurm`` mode, ``backfill`` (EASY
+    backfill) or ``builtin`` (strict priority order, no backfill).
     """
 
     mode: ActionMode = "direct"
@@ -68,6 +71,7 @@ class SimConfig:
     defer_window_s: float = 30.0
     hold_cap_s: float = 3600.0
     slurm_queue_depth: int = 500
+    slurm_scheduler: SlurmScheduler = "backfill"
     observations: bool = True
     observation_noise: float = 0.02
     restart_overhead_s: float = 300.0
@@ -543,7 +547,8 @@ class Simulation:
         queue = self._slurm.queue(self._pending, self.now)
         free = list(self._free)
         for job, placement in schedule_pass(self.now, queue, free, self._running_shapes,
-                                            self.cluster, self.config.slurm_queue_depth):
+                                            self.cluster, self.config.slurm_queue_depth,
+                                            self.config.slurm_scheduler):
             self._start(job, placement)
 
     def _running_shapes(self) -> list[RunningShape]:

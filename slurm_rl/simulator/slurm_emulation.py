@@ -14,6 +14,12 @@ slurmctld 22.05 with ``sched/backfill`` would:
   GPUs free up, planned with the running jobs' time limits. A lower-priority job may start
   now only if its time limit ends before that reservation, or if it avoids the reserved nodes.
   An excluded job's reservation is planned on the nodes it may use.
+
+With ``sched/builtin`` (``scheduler="builtin"``) there is no backfill: the main scheduler
+alone walks the queue in priority order, and the first job that cannot start and is not
+pinned blocks the partition (``job_scheduler.c``, ``fail_by_part``): no lower-priority job
+starts in that pass, pinned or not, however short. A pinned job that cannot start still
+only masks its own nodes, as under backfill.
 """
 
 from __future__ import annotations
@@ -21,11 +27,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from slurm_rl.agents.nodesets import fixed_shape, place_in_order
 from slurm_rl.core import Cluster, Job, JobId, Placement, placement_fits_shape
 
 NO_LIMIT = float("inf")
+SlurmScheduler = Literal["backfill", "builtin"]  # slurm.conf's SchedulerType=sched/<this>
+SLURM_SCHEDULERS: tuple[SlurmScheduler, ...] = ("backfill", "builtin")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +67,14 @@ def schedule_pass(
     running: Callable[[], Sequence[RunningShape]],
     cluster: Cluster,
     depth: int = 500,
+    scheduler: SlurmScheduler = "backfill",
 ) -> list[tuple[Job, Placement]]:
     """Jobs to start now, in start order, walking ``queue`` (highest priority first).
     ``free_gpus`` is updated in place; ``running`` is asked for only if a reservation is needed.
-    Like slurmctld (``bf_max_job_test``), a pass looks at no more than ``depth`` jobs."""
-    state = _Pass(now, free_gpus, running, cluster)
+    Like slurmctld (``bf_max_job_test``), a pass looks at no more than ``depth`` jobs.
+    ``scheduler``: ``backfill`` (EASY) or ``builtin`` (the first unpinned job that cannot
+    start ends the pass)."""
+    state = _Pass(now, free_gpus, running, cluster, backfill=scheduler == "backfill")
     for item, _ in zip(queue, range(depth), strict=False):
         if state.exhausted:
             break  # not even one GPU is left outside the masks: nothing else can start
@@ -102,8 +114,12 @@ class _Pass:
         free_gpus: list[int],
         running: Callable[[], Sequence[RunningShape]],
         cluster: Cluster,
+        *,
+        backfill: bool = True,
     ) -> None:
         self.now, self.free, self.running, self.cluster = now, free_gpus, running, cluster
+        self.backfill = backfill
+        self.blocked = False  # builtin: an unpinned job could not start; the partition waits
         self.starts: list[tuple[Job, Placement]] = []
         self.masked: set[int] = set()
         self.reservation: _Reservation | None = None
@@ -117,7 +133,8 @@ class _Pass:
 
     @property
     def exhausted(self) -> bool:
-        return self.min_unfit <= 1 or self.min_share_unfit <= 1 or self.free_total <= 0
+        return (self.blocked or self.min_unfit <= 1 or self.min_share_unfit <= 1
+                or self.free_total <= 0)
 
     def consider(self, item: QueuedJob) -> None:
         job = item.job
@@ -158,6 +175,9 @@ class _Pass:
         """The job fits nowhere now: remember it, and reserve for the first such job. (A job
         kept off some nodes proves nothing about jobs of its shape kept off fewer.)"""
         job = item.job
+        if not self.backfill:
+            self.blocked = True  # sched/builtin: fail_by_part, nothing after it starts
+            return
         self.no_fit.add(key)
         if not item.excluded:
             if _free_to_go_anywhere(job):

@@ -144,3 +144,38 @@ class SpeedModel:
         for node, gpu_type in zip(cluster.nodes, self._node_types, strict=True):
             largest[gpu_type] = max(largest.get(gpu_type, 0), node.gpus)
         return largest
+
+
+class FixedSpeedModel(SpeedModel):
+    """``--performance fixed``: every job runs exactly its trace duration, wherever it runs.
+
+    No GPU-type speed, no spread or co-location penalty, no machine fluctuation: the textbook
+    setting of other GPU-cluster simulators, and the live replay's, where ``sleep`` jobs take
+    the same time on every node."""
+
+    def type_speed(self, family: str, node: int) -> float:
+        return 1.0
+
+    def health(self, node: int) -> float:
+        return 1.0
+
+    def rate(
+        self,
+        job: Job,
+        nodes: Sequence[int],
+        gpus: tuple[int, ...],
+        neighbours_by_node: tuple[tuple[str, ...], ...] = (),
+    ) -> RateBreakdown:
+        return RateBreakdown(rate=1.0, nominal=1.0, health=1.0)
+
+    def health_factor(self, speeds: Sequence[float], nodes: Sequence[int]) -> float:
+        return 1.0
+
+    def colocation(self, family: str, neighbours_by_node: tuple[tuple[str, ...], ...]) -> float:
+        return 1.0
+
+    def shape_factor(self, family: str, nodes: Sequence[int], gpus: tuple[int, ...]) -> float:
+        return 1.0
+
+    def best_rate(self, job: Job, cluster: Cluster) -> float:
+        return 1.0

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_rl.paths import REPO_DIR
+from slurm_rl.simulator.slurm_emulation import SlurmScheduler
 
 DEFAULT_ROOT = REPO_DIR / ".devcluster"
 DEFAULT_BASE_PORT = 16800
@@ -65,6 +66,9 @@ class DevClusterConfig:
     # directory), the cluster and ``users`` registered with sacctmgr, so sacct, sacctmgr
     # and AdminLevel work. Off by default: it adds seconds to every start (docs/slurm.md).
     accounting: bool = False
+    # SchedulerType=sched/<scheduler>: backfill (EASY, the default) or builtin (strict
+    # priority order, no backfill); what the simulator's --slurm-scheduler emulates.
+    scheduler: SlurmScheduler = "backfill"
 
     def nodes(self) -> tuple[DevNode, ...]:
         nodes: list[DevNode] = []
@@ -138,9 +142,9 @@ def _plugins(cfg: DevClusterConfig) -> list[str]:
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         "GresTypes=gpu",
-        # The daemon's levers: Priority= is honoured by backfill + multifactor; with every
-        # weight 0 each new job has priority 1, below anything the daemon sets.
-        "SchedulerType=sched/backfill",
+        # The daemon's levers: Priority= is honoured by backfill or builtin with multifactor;
+        # with every weight 0 each new job has priority 1, below anything the daemon sets.
+        f"SchedulerType=sched/{cfg.scheduler}",
         f"SchedulerParameters=sched_interval={cfg.sched_interval_s},"
         f"bf_interval={cfg.sched_interval_s},batch_sched_delay=0",
         "PriorityType=priority/multifactor",

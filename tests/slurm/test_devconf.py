@@ -56,6 +56,14 @@ def test_slurm_conf_has_every_line_the_daemon_relies_on(tmp_path: Path) -> None:
     assert "Port=20006" in node_line and "Gres=gpu:v100:4" in node_line
 
 
+def test_the_scheduler_is_backfill_unless_builtin_is_asked_for(tmp_path: Path) -> None:
+    builtin = DevClusterConfig(root=tmp_path, scheduler="builtin")
+    lines = _lines(render_slurm_conf(builtin, hostname="box"))
+    assert "SchedulerType=sched/builtin" in lines
+    assert "PriorityType=priority/multifactor" in lines  # builtin honours Priority= with it
+    assert "SchedulerType=sched/backfill" not in lines
+
+
 def test_gres_conf_points_every_gpu_at_a_placeholder_device(tmp_path: Path) -> None:
     config = DevClusterConfig(root=tmp_path, groups=(NodeGroup("h100", 1, 2),))
     lines = _lines(render_gres_conf(config))
