@@ -32,11 +32,13 @@ from slurm_rl.core import ClusterSnapshot, Decision, Job, JobId, Placement
 from slurm_rl.fairness import (
     RankingRules,
     Reranking,
+    StartedWaits,
     needs_reranking,
     rerank,
     unchanged,
     waiting_fairness,
 )
+from slurm_rl.reservation import Reservation, reserve
 
 Walk = Literal["strict", "greedy"]
 _job_id = attrgetter("job_id")
@@ -68,6 +70,8 @@ class Scheduler:
         self.max_ranked = max_ranked
         self.rules = rules or RankingRules()
         self.last_reranking: Reranking | None = None
+        self.last_reservation: Reservation | None = None
+        self.started = StartedWaits(self.rules.window_s)
 
     @property
     def policy_id(self) -> str:
@@ -76,9 +80,11 @@ class Scheduler:
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         self.ordering.observe(snapshot)
         self.placement.observe(snapshot)
+        self.started.observe(snapshot)
         free = list(snapshot.free_gpus)
         if not snapshot.pending:
             self.last_reranking = unchanged(snapshot, waiting_fairness(snapshot), self.rules)
+            self.last_reservation = None
             return Decision(self.policy_id, ranking=(), migrations=self._moves(snapshot, free))
         scores = np.asarray(self.ordering.score(snapshot), dtype=float)
         order = self._rank(snapshot, scores)
@@ -92,7 +98,7 @@ class Scheduler:
     def _rank(self, snapshot: ClusterSnapshot, scores: np.ndarray) -> list[int]:
         """The pending jobs to release (indices), best first: the policy's order after the
         shared ranking step, cut at ``max_ranked``."""
-        fairness = waiting_fairness(snapshot, self.rules.window_s)
+        fairness = waiting_fairness(snapshot, self.rules.window_s, self.started)
         if not needs_reranking(snapshot, fairness, self.rules):
             self.last_reranking = unchanged(snapshot, fairness, self.rules)
             return top_k_order(scores, self.max_ranked)
@@ -110,25 +116,48 @@ class Scheduler:
     def _place(
         self, snapshot: ClusterSnapshot, jobs: list[Job], free: list[int]
     ) -> dict[JobId, Placement]:
-        """Node sets for ``jobs`` in ranking order; takes their GPUs from ``free``."""
+        """Node sets for ``jobs`` in ranking order; takes their GPUs from ``free``. The first
+        job of a user the guard brought forward that does not fit gets a reservation
+        (:mod:`slurm_rl.reservation`): the later jobs keep off the GPUs it holds unless they
+        end before it starts."""
         available = sum(free)
         placements: dict[JobId, Placement] = {}
-        cluster = snapshot.cluster
+        forward = set(self.last_reranking.brought_forward) if self.last_reranking else set()
+        self.last_reservation = None
+        unheld: list[int] | None = None  # free less the held GPUs, built when first needed
         for job in jobs:
             if available == 0:
                 break
+            held: Reservation | None = self.last_reservation
+            usable, room = free, available
+            if held is not None and not held.allows(job, snapshot.time):
+                if unheld is None:
+                    unheld = [f - h for f, h in zip(free, held.held, strict=True)]
+                usable, room = unheld, available - held.held_gpus
             placement = None
-            if job.num_gpus <= available:
-                placement = self.placement.place(job, free, snapshot)
+            if job.num_gpus <= room:
+                placement = self.placement.place(job, usable, snapshot)
             if placement is None:
                 if self.walk == "strict":
                     break
+                if held is None and job.user in forward:
+                    self.last_reservation = reserve(job, free, snapshot, self.placement)
                 continue
             placements[job.job_id] = placement
-            for name, gpus in zip(placement.nodes, placement.gpus, strict=True):
-                free[cluster.index(name)] -= gpus
+            self._take(snapshot, placement, free)
             available -= placement.num_gpus
+            unheld = None
         return placements
+
+    def _take(self, snapshot: ClusterSnapshot, placement: Placement, free: list[int]) -> None:
+        """Take ``placement``'s GPUs from ``free``; held GPUs taken (by a job that ends before
+        the reservation starts) are held no more."""
+        for name, gpus in zip(placement.nodes, placement.gpus, strict=True):
+            index = snapshot.cluster.index(name)
+            free[index] -= gpus
+            held = self.last_reservation
+            if held is not None and held.held[index] > free[index]:
+                self.last_reservation = held.holding(index, free[index])
 
     def _exclusions(
         self, snapshot: ClusterSnapshot, jobs: list[Job], placements: dict[JobId, Placement]
