@@ -42,6 +42,18 @@ CONF
     chmod 0644 /etc/slurm/job_submit_slurm_rl.conf
 }
 
+cgroup_config() {
+    # No systemd and no writable cgroup tree in an unprivileged container: Slurm 23.02+
+    # runs without a cgroup plugin (with proctrack/linuxproc and task/none nothing needs
+    # one); 22.05 knows no "disabled" and gets its own cgroup/v1 plugin.
+    version=$(slurmd -V | sed -n 's/^slurm[^0-9]*\([0-9]*\)\.\([0-9]*\).*/\1\2/p')
+    if [ "${version:-0}" -ge 2302 ]; then
+        printf 'CgroupPlugin=disabled\n' > /etc/slurm/cgroup.conf
+    else
+        printf 'CgroupPlugin=autodetect\nIgnoreSystemd=yes\n' > /etc/slurm/cgroup.conf
+    fi
+}
+
 fake_gpus() {
     # Placeholder char devices stand in for GPUs (same numbers as /dev/null; TaskPlugin=task/none
     # never opens them). slurmd drops GPUs that have no File=.
@@ -53,6 +65,7 @@ fake_gpus() {
 }
 
 start_munge
+cgroup_config
 case "$ROLE" in
     slurmdbd)
         install -m 0600 -o slurm -g slurm /etc/slurm/slurmdbd.conf.in /etc/slurm/slurmdbd.conf
