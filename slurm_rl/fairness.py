@@ -58,10 +58,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from slurm_rl.core import ClusterSnapshot, FrozenDict, Job, JobId
+
+T = TypeVar("T")
 
 # The guard re-ranks once the most-waiting user waits 20 % longer than the users' average
 # (with two users: 1.5 times as long as the other). The live case that asked for it, 184 s
@@ -358,9 +361,15 @@ def unchanged(snapshot: ClusterSnapshot, fairness: WaitFairness, rules: RankingR
 def find_reranking(decider: object) -> Reranking | None:
     """The last :class:`Reranking` of ``decider``: a scheduler, or a wrapper (the daemon's
     guard, its history priming) whose ``inner`` chain leads to one."""
+    return find_on_chain(decider, "last_reranking", Reranking)
+
+
+def find_on_chain(decider: object, attribute: str, kind: type[T]) -> T | None:
+    """The ``attribute`` of type ``kind`` of ``decider`` or of the first decider down its
+    ``inner`` chain that has one (None: none has)."""
     for _ in range(8):  # wrappers nest two deep today; the bound only stops a cycle
-        found = getattr(decider, "last_reranking", None)
-        if isinstance(found, Reranking):
+        found = getattr(decider, attribute, None)
+        if isinstance(found, kind):
             return found
         decider = getattr(decider, "inner", None)
         if decider is None:

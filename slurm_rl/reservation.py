@@ -38,9 +38,10 @@ MAX_PLACEMENT_TRIES = 32
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """GPUs held now (``held[i]`` on ``cluster.nodes[i]``) for ``job_id``, which can start
-    by ``start`` on ``placement`` (module docstring)."""
+    """GPUs held at ``time`` (``held[i]`` on ``cluster.nodes[i]``) for ``job_id``, which
+    can start by ``start`` on ``placement`` (module docstring)."""
 
+    time: float
     job_id: JobId
     start: float
     placement: Placement
@@ -54,7 +55,7 @@ class Reservation:
         """This reservation holding ``gpus`` on node ``index`` instead."""
         held = list(self.held)
         held[index] = gpus
-        return Reservation(self.job_id, self.start, self.placement, tuple(held))
+        return Reservation(self.time, self.job_id, self.start, self.placement, tuple(held))
 
     def allows(self, job: Job, now: float) -> bool:
         """Whether ``job`` may use the held GPUs: its time limit ends before the start."""
@@ -79,7 +80,8 @@ def reserve(job: Job, free: Sequence[int], snapshot: ClusterSnapshot,
         found = placement.place(job, list(future), snapshot)
         tries += 1
         if found is not None:
-            return Reservation(job.job_id, end, found, _held(found, free, freed, snapshot))
+            held = _held(found, free, freed, snapshot)
+            return Reservation(snapshot.time, job.job_id, end, found, held)
         if tries >= MAX_PLACEMENT_TRIES:
             return None
     return None

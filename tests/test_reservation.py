@@ -19,6 +19,8 @@ from slurm_rl.core import (
     RunningJob,
 )
 from slurm_rl.fairness import POLICY_ORDER_ONLY, StartedWaits, waiting_fairness
+from slurm_rl.ops.explain import render
+from slurm_rl.ops.reasons import explain_decision
 from slurm_rl.reservation import reserve
 from slurm_rl.scheduler import Scheduler
 
@@ -174,3 +176,31 @@ def test_a_big_job_brought_forward_starts_only_with_its_reservation(
     monkeypatch.setattr(scheduler_module, "reserve", lambda *args: None)
     unreserved = _stream(Scheduler(FavoursAlice(), FirstFit()))
     assert reserved <= 150.0 and unreserved >= 300.0
+
+
+def test_explain_shows_the_guard_the_nice_and_the_reservation() -> None:
+    """The stored reasons carry the reservation; explain's text says what the guard did, what
+    --nice did and which GPUs were held (before, only --json showed the first two)."""
+    pending = [BIG, _job("a1", "alice", 900.0, 2)]
+    running = tuple(RunningJob(r.job, 990.0, r.placement) for r in RUNNING)
+    snapshot = _snapshot(1000.0, pending, running)
+    scheduler = Scheduler(FavoursAlice(), FirstFit())
+    decision = scheduler.decide(snapshot)
+    why = explain_decision(scheduler, snapshot, decision)
+    assert why["big"]["reservation"] == {"start": 1090.0, "nodes": ["n0", "n1"],
+                                         "held": {"n0": 4}}
+    decision_row = {"cycle": 7, "at": "t", "mode": "enforce", "policy": "favours-alice+ff",
+                    "action": "release", "rank": 1, "score": 0.0, "nodes": None, "argv": None,
+                    "rc": None, "answer": None, "why": why["big"], "before": None,
+                    "recovered": None, "waiting": None}
+    job = {"id": "big", "cluster": "c", "user": "bob", "partition": "gpu", "gpus": 8,
+           "nodes": 2, "gpu_type": None, "submit_time": 0.0}
+    text = "\n".join(render({"job": job, "decisions": [decision_row], "outcome": None}))
+    assert "fairness guard (the policy ranked it 2): brought forward: the user waits too " \
+           "long; bob's mean wait 1000 s, wait ratio 1.818 (bound 1.2)" in text
+    assert "reserved: to start by 1970-01-01 00:18:10 UTC on n0,n1; GPUs held for it now: " \
+           "n0 4" in text
+    niced = dict(why["a1"], nice={"nice": 300, "places": 3})
+    text = "\n".join(render({"job": job, "decisions": [dict(decision_row, why=niced)],
+                             "outcome": None}))
+    assert "its --nice 300 moved it 3 place(s) down" in text

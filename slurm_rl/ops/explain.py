@@ -118,6 +118,7 @@ def _render_decision(d: dict[str, Any]) -> list[str]:
         lines.append("  not ranked this cycle (held back or no longer pending)")
     if d["waiting"]:
         lines.append(_render_waiting(d["waiting"]))
+    lines.extend(_render_ranking_step(why))
     lines.extend(_render_placement(why.get("placement"), d["nodes"]))
     if "guard" in why:
         lines.append(f"  the guard dropped the policy's nodes: {why['guard']}")
@@ -125,6 +126,31 @@ def _render_decision(d: dict[str, Any]) -> list[str]:
         answer = f" ({d['answer']})" if d["answer"] else ""
         rc = "not sent" if d["rc"] is None else f"exit {d['rc']}"
         lines.append(f"  sent: {' '.join(d['argv'])} -> {rc}{answer}")
+    return lines
+
+
+def _render_ranking_step(why: dict[str, Any]) -> list[str]:
+    """What the shared ranking step (fairness guard, --nice) did to the job, and the GPUs
+    held for it."""
+    lines = []
+    fairness = why.get("fairness")
+    if fairness:
+        moved = f" (the policy ranked it {why['policy_rank'] + 1})" if "policy_rank" in why \
+            else ""
+        lines.append(f"  fairness guard{moved}: {fairness.get('guard')}; {fairness.get('user')}'s "
+                     f"mean wait {_num(fairness.get('user_mean_wait_s'))} s, wait ratio "
+                     f"{_num(fairness.get('wait_ratio'))} (bound {_num(fairness.get('bound'))})")
+    nice = why.get("nice")
+    if nice:
+        places = int(nice.get("places", 0))
+        lines.append(f"  its --nice {nice.get('nice')} moved it {abs(places)} place(s) "
+                     f"{'down' if places > 0 else 'up'}")
+    held = why.get("reservation")
+    if held:
+        gpus = ", ".join(f"{node} {count}" for node, count in (held.get("held") or {}).items())
+        lines.append(f"  reserved: to start by {_when(held.get('start'))} on "
+                     f"{','.join(held.get('nodes') or [])}; GPUs held for it now: "
+                     f"{gpus or 'none'}")
     return lines
 
 

@@ -4,7 +4,8 @@ stored with the decision (``DecisionRow.details["why"]``) for ``slurm-rl explain
 For ranks: the job's score, its rank among the pending jobs and its neighbours' scores; where
 the shared ranking step (slurm_rl/fairness.py) moved it, the rank the policy gave it
 (``policy_rank``), the fairness guard's figures when the guard re-ranked (``fairness``), and
-the places its ``--nice`` moved it (``nice``).
+the places its ``--nice`` moved it (``nice``); for the job the guard brought forward that did
+not fit, its reservation (``reservation``: when it can start, on which nodes, the GPUs held).
 For nodes: the chosen nodes with their free GPUs and, where the placement has a GP (the RWGP
 agent, alone or as the learned head's chooser), each node's posterior mean and std of
 relative speed; then the best alternatives and why they lost (a higher RWGP cost, a lower
@@ -19,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slurm_rl.core import ClusterSnapshot, Decision, Job, Placement
-from slurm_rl.fairness import Reranking, find_reranking
+from slurm_rl.fairness import Reranking, find_on_chain, find_reranking
+from slurm_rl.reservation import Reservation
 
 log = logging.getLogger("slurm_rl.daemon")
 
@@ -36,6 +38,8 @@ def explain_decision(inner: object, snapshot: ClusterSnapshot, decision: Decisio
     try:
         reasons = _ranks(snapshot, decision)
         _add_reranking(reasons, find_reranking(inner), snapshot)
+        _add_reservation(reasons, find_on_chain(inner, "last_reservation", Reservation),
+                         snapshot)
         placement = getattr(inner, "placement", None)
         if placement is not None and decision.placements:
             _add_placements(reasons, placement, snapshot, decision)
@@ -85,6 +89,20 @@ def _add_reranking(reasons: dict[str, Why], reranking: Reranking | None,
             }
         if job_id in reranking.nice_places and job is not None:
             why["nice"] = {"nice": job.nice, "places": reranking.nice_places[job_id]}
+
+
+def _add_reservation(reasons: dict[str, Why], reservation: Reservation | None,
+                     snapshot: ClusterSnapshot) -> None:
+    """The GPUs held for the job the guard brought forward and could not place."""
+    if reservation is None or reservation.time != snapshot.time:
+        return
+    why = reasons.get(reservation.job_id)
+    if why is not None:
+        held = [(node.name, gpus) for node, gpus in zip(snapshot.cluster.nodes,
+                                                       reservation.held, strict=True) if gpus]
+        why["reservation"] = {"start": reservation.start,
+                              "nodes": list(reservation.placement.nodes),
+                              "held": dict(held)}
 
 
 def _add_placements(
