@@ -1,0 +1,247 @@
+"""The sim-to-real replay of issue 22, shared by ``tests/slurm/test_replay_live.py`` (one tiny
+run) and ``benchmarks/replay_live.py`` (the table): a mini-trace run by a real slurmctld with
+the daemon steering it, then by the simulator's emulation, and the two compared
+(:mod:`slurm_rl.sim2real`).
+
+Live: a private dev cluster (2 x a100:8, 2 x v100:4) under ``sched/backfill`` or
+``sched/builtin``; the daemon in enforce mode in this process (``Daemon.run`` in a thread, on
+the cluster's own runner), a fresh store per run; every job submitted with plain ``sbatch``
+at its time, as alice or bob, ``-N n --gres=gpu[:type]:k -t <min>`` running ``sleep``. What
+Slurm did is read back from ``squeue --json`` (finished jobs stay ``MinJobAge`` s) in
+Slurm's own clock. Simulated: those jobs with Slurm's submit times, the sleeps as fixed
+durations, the same policy built by the daemon's own constructor and guard, the daemon's
+cycle and deferral window.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurm_rl.core import Job
+from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.daemon.guard import GuardedScheduler
+from slurm_rl.daemon.history import PrimedScheduler
+from slurm_rl.daemon.policy import make_policy
+from slurm_rl.daemon.runner import Daemon
+from slurm_rl.sim2real import Comparison, JobRun, WorldSetup, compare, dev_cluster, simulate_runs
+from slurm_rl.simulator.slurm_emulation import SlurmScheduler
+from slurm_rl.slurm.devcluster import DevCluster, free_base_port
+from slurm_rl.slurm.devconf import DevClusterConfig, NodeGroup
+from slurm_rl.slurm.hostlist import expand
+from slurm_rl.slurm.proc import make_runner
+
+USERS = ("alice", "bob")
+GROUPS = (NodeGroup("a100", 2, 8), NodeGroup("v100", 2, 4))
+CLUSTER = "replay"
+PARTITION = "gpu"
+WINDOW_S = 6  # the job_submit plugin's deferral window and the simulator's
+CYCLE_S = 2.0  # the daemon's interval_s and the simulator's cycle
+# (weight, nodes, GPUs per node, type): gangs that fill a node, span two, or need one type
+SHAPES: tuple[tuple[int, int, int, str | None], ...] = (
+    (6, 1, 1, None), (8, 1, 2, None), (6, 1, 4, None), (3, 1, 8, None), (3, 2, 4, None),
+    (3, 1, 2, "a100"), (3, 1, 4, "v100"), (2, 2, 2, "v100"), (2, 1, 8, "a100"),
+    (1, 2, 8, None),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MiniJob:
+    """One job of a mini-trace: submitted ``offset_s`` after the first, sleeps ``sleep_s``."""
+
+    name: str
+    user: str
+    offset_s: float
+    nodes: int
+    gpus_per_node: int
+    gpu_type: str | None
+    sleep_s: int
+    limit_min: int
+
+    def options(self) -> tuple[str, ...]:
+        typed = f"{self.gpu_type}:" if self.gpu_type else ""
+        return ("-J", self.name, "-N", str(self.nodes), f"--gres=gpu:{typed}{self.gpus_per_node}",
+                "-t", str(self.limit_min))
+
+
+def make_trace(jobs: int, seed: int, gap_s: tuple[float, float] = (0.0, 3.0),
+               sleep_s: tuple[int, int] = (4, 30)) -> tuple[MiniJob, ...]:
+    """``jobs`` jobs of two users, gaps and sleeps drawn in the given ranges (seconds); time
+    limits of 1 or 2 minutes (users overestimate), never shorter than the sleep."""
+    rng = random.Random(seed)
+    weights = [shape[0] for shape in SHAPES]
+    offset, planned = 0.0, []
+    for number in range(jobs):
+        _, nodes, per_node, gpu_type = rng.choices(SHAPES, weights)[0]
+        sleep = rng.randint(*sleep_s)
+        limit = max(rng.choice((1, 1, 2)), -(-sleep // 60))
+        planned.append(MiniJob(f"r{seed}-{number:02d}", rng.choice(USERS), round(offset, 1),
+                               nodes, per_node, gpu_type, sleep, limit))
+        offset += rng.uniform(*gap_s)
+    return tuple(planned)
+
+
+# -- the cluster ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def replay_cluster(scheduler: SlurmScheduler) -> Iterator[DevCluster]:
+    """A private dev cluster under ``sched/<scheduler>`` in a temporary directory."""
+    root = Path(tempfile.mkdtemp(prefix="slurm-rl-replay-"))
+    root.chmod(0o755)  # the users' jobs reach their working directory
+    ports = DevClusterConfig(groups=GROUPS).port_count
+    config = DevClusterConfig(root=root / "cluster", base_port=free_base_port(ports, 26800),
+                              groups=GROUPS, users=USERS, deferral_window_s=WINDOW_S,
+                              scheduler=scheduler, cluster_name=CLUSTER, partition=PARTITION)
+    cluster = DevCluster(config)
+    try:
+        cluster.up(timeout_s=120.0)
+        yield cluster
+    finally:
+        cluster.down()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def daemon_config(cluster: DevCluster, policy: str, state: Path) -> DaemonConfig:
+    """The daemon of the replay. Its priorities follow every rank change at once
+    (``priority_tolerance_ranks = 0``, no hourly cap): the emulation takes the last ranking
+    as Slurm's priority order, and that is the lever being measured."""
+    return DaemonConfig(
+        policy=policy, mode="enforce", interval_s=CYCLE_S, state_dir=state,
+        cluster_name=CLUSTER, partitions=(PARTITION,), slurm_conf=cluster.slurm_conf,
+        heartbeat_path=cluster.heartbeat_path, defer_window_s=WINDOW_S, metrics_port=0,
+        log_json=False, slurm_timeout_s=30.0, priority_tolerance_ranks=0,
+        priority_updates_per_job_hour=3600,
+    )
+
+
+@contextlib.contextmanager
+def running_daemon(cluster: DevCluster, config: DaemonConfig) -> Iterator[Daemon]:
+    """``Daemon.run`` in a thread until the block ends; waits for its first heartbeat."""
+    daemon = Daemon(lambda: config, runner=make_runner(cluster.env()))
+    since = time.time()
+    thread = threading.Thread(target=daemon.run, name="replay-daemon", daemon=True)
+    thread.start()
+    try:
+        beat = cluster.heartbeat_path
+        _wait(lambda: beat.exists() and beat.stat().st_mtime >= since, 120.0, "a heartbeat")
+        yield daemon
+    finally:
+        daemon.request_stop()
+        thread.join(timeout=60.0)
+
+
+# -- one live run -----------------------------------------------------------------------
+
+
+def submit(cluster: DevCluster, job: MiniJob) -> str:
+    argv = ["runuser", "-u", job.user, "--", "sbatch", "--parsable", "--output=/dev/null",
+            f"--chdir={cluster.jobs_dir}", f"--partition={PARTITION}", *job.options(),
+            f"--wrap=sleep {job.sleep_s}"]
+    done = subprocess.run(argv, env=cluster.client_env(), capture_output=True, text=True,
+                          timeout=60, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"sbatch {job.options()} as {job.user}: {done.stderr.strip()}")
+    return done.stdout.strip().split(";")[0]
+
+
+def submit_trace(cluster: DevCluster, trace: Sequence[MiniJob]) -> dict[str, MiniJob]:
+    """Each job at its offset from the first (late ones go at once); job id -> job."""
+    began, ids = time.monotonic(), {}
+    for job in trace:
+        time.sleep(max(0.0, began + job.offset_s - time.monotonic()))
+        ids[submit(cluster, job)] = job
+    return ids
+
+
+def read_back(cluster: DevCluster, ids: Sequence[str]) -> dict[str, JobRun]:
+    """Submit, start, end and nodes of the finished jobs, from ``squeue --json``."""
+    done = subprocess.run(["squeue", "--json"], env=cluster.client_env(), capture_output=True,
+                          text=True, timeout=60, check=True)
+    wanted, runs = set(ids), {}
+    for record in json.loads(done.stdout)["jobs"]:
+        job_id = str(record["job_id"])
+        if job_id in wanted and record["job_state"] == "COMPLETED":
+            runs[job_id] = JobRun(job_id, float(record["submit_time"]),
+                                  float(record["start_time"]), float(record["end_time"]),
+                                  expand(record["nodes"]))
+    return runs
+
+
+def unfinished(cluster: DevCluster, ids: Sequence[str]) -> set[str]:
+    done = subprocess.run(["squeue", "-h", "-t", "PD,R,CG,CF", "-o", "%A"],
+                          env=cluster.client_env(), capture_output=True, text=True,
+                          timeout=60, check=False)
+    return set(ids) if done.returncode != 0 else set(done.stdout.split()) & set(ids)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRun:
+    """One trace under one policy and scheduler: what Slurm did, what the simulator did."""
+
+    policy: str
+    scheduler: SlurmScheduler
+    jobs: dict[str, MiniJob]
+    real: dict[str, JobRun]
+    sim: dict[str, JobRun]
+    overhead_s: float  # mean real run time minus sleep: Slurm's launch and end latency
+
+    @property
+    def comparison(self) -> Comparison:
+        return compare(self.real, self.sim)
+
+
+def run_live(cluster: DevCluster, trace: Sequence[MiniJob], policy: str,
+             scheduler: SlurmScheduler, state: Path, drain_timeout_s: float = 600.0
+             ) -> ReplayRun:
+    """The trace on the cluster with the daemon running ``policy``, then in the simulator."""
+    state.mkdir(mode=0o700)
+    config = daemon_config(cluster, policy, state)
+    with running_daemon(cluster, config):
+        jobs = submit_trace(cluster, trace)
+        _wait(lambda: not unfinished(cluster, list(jobs)), drain_timeout_s, "every job to end")
+    real = read_back(cluster, list(jobs))
+    sim = simulate_world(jobs, real, config, scheduler)
+    over = [run.end - run.start - jobs[j].sleep_s for j, run in real.items()]
+    return ReplayRun(policy, scheduler, jobs, real, sim, sum(over) / max(1, len(over)))
+
+
+def sim_jobs(jobs: dict[str, MiniJob], real: dict[str, JobRun]) -> list[Job]:
+    """The jobs as the daemon's source sees them (Slurm's ids and submit times), with the
+    sleeps as their durations."""
+    return [
+        Job(job_id=job_id, submit_time=real[job_id].submit, num_gpus=m.nodes * m.gpus_per_node,
+            user=m.user, partition=PARTITION, num_nodes=m.nodes, gpus_per_node=m.gpus_per_node,
+            gpu_type=m.gpu_type, time_limit=60.0 * m.limit_min, oracle_duration=float(m.sleep_s))
+        for job_id, m in jobs.items() if job_id in real
+    ]
+
+
+def simulate_world(jobs: dict[str, MiniJob], real: dict[str, JobRun], config: DaemonConfig,
+                   scheduler: SlurmScheduler) -> dict[str, JobRun]:
+    """The simulator's replay of the jobs Slurm ran, under the daemon's own policy object."""
+    policy = make_policy(config.policy, seed=config.seed, bundle=config.policy_bundle,
+                         rules=config.ranking_rules)
+    guarded = GuardedScheduler(PrimedScheduler(policy, None),
+                               allow_mixed_gpu_types=config.allow_mixed_gpu_types)
+    cluster = dev_cluster(CLUSTER, [(n.name, n.gpu_type, n.gpus)
+                                    for n in DevClusterConfig(groups=GROUPS).nodes()])
+    setup = WorldSetup(config.interval_s, float(config.defer_window_s), scheduler)
+    return simulate_runs(cluster, sim_jobs(jobs, real), guarded, setup)
+
+
+def _wait(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.2)

@@ -1,0 +1,83 @@
+"""The sim-to-real comparison (slurm_rl/sim2real.py) on schedules small enough to check by
+hand, and the simulated side of the replay on a worked example."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from slurm_rl.core import Job
+from slurm_rl.daemon.policy import make_policy
+from slurm_rl.sim2real import (
+    JobRun,
+    WorldSetup,
+    compare,
+    dev_cluster,
+    job_lines,
+    kendall_tau,
+    percentile,
+    simulate_runs,
+)
+
+
+def test_kendall_tau_counts_concordant_and_discordant_pairs() -> None:
+    assert kendall_tau([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
+    assert kendall_tau([1, 2, 3, 4], [40, 30, 20, 10]) == -1.0
+    # one swapped pair of six: (5 - 1) / 6
+    assert kendall_tau([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)
+    # tau-b: a tie on one side is neither; sqrt((5 + 0 + 1) * (5 + 0 + 0)) below
+    assert kendall_tau([1, 2, 3, 4], [1, 1, 3, 4]) == pytest.approx(5 / math.sqrt(6 * 5))
+    assert kendall_tau([1], [2]) == 1.0
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 21)]
+    assert percentile(values, 0.95) == 19.0
+    assert percentile(values, 0.5) == 10.0
+    assert percentile([], 0.95) == 0.0
+
+
+def _run(job_id: str, submit: float, start: float, nodes: tuple[str, ...]) -> JobRun:
+    return JobRun(job_id, submit, start, start + 10, nodes)
+
+
+def test_compare_reports_order_nodes_and_wait_errors() -> None:
+    real = {"1": _run("1", 0, 2, ("a",)), "2": _run("2", 1, 3, ("b",)),
+            "3": _run("3", 2, 20, ("a", "b"))}
+    sim = {"1": _run("1", 0, 0, ("a",)), "2": _run("2", 1, 30, ("a",)),
+           "3": _run("3", 2, 10, ("a", "b"))}
+    result = compare(real, sim)
+    assert [row.job_id for row in result.jobs] == ["1", "2", "3"]  # real start order
+    assert [row.sim_rank for row in result.jobs] == [0, 2, 1]
+    assert result.same_nodes == pytest.approx(2 / 3)
+    assert [row.start_error for row in result.jobs] == [-2.0, 27.0, -10.0]
+    assert result.median_error_s == 10.0 and result.p95_error_s == 27.0
+    assert result.tau == pytest.approx(1 / 3)
+    assert {row.job_id for row in result.disagreements} == {"2", "3"}
+    lines = job_lines(result)
+    assert len(lines) == 2 and "a / a" not in lines[0]
+
+
+def test_a_job_the_replay_did_not_finish_is_unmatched() -> None:
+    result = compare({"1": _run("1", 0, 0, ("a",))}, {})
+    assert result.unmatched == ("1",) and not result.jobs[0].same_nodes
+
+
+def test_the_simulated_side_starts_jobs_as_worked_out_by_hand() -> None:
+    """Two nodes of 4 GPUs, limits 60 s, decisions every 2 s. Job 1 (4 GPUs, 30 s) starts
+    on n1 at 0; job 2 (both nodes) waits for it and gets the backfill reservation at 60 (job
+    1's limit end) on n1 and n2. Job 3 (4 GPUs, 10 s) comes at 1 and the policy pins it to
+    the free n2, but its limit ends at 61, after the reservation, on a reserved node: it
+    waits. Job 1 ends at 30, job 2 runs 30-40, then job 3 on n1 (first in order)."""
+    cluster = dev_cluster("two", [("n1", "a100", 4), ("n2", "a100", 4)])
+    jobs = [
+        Job("1", 0.0, 4, num_nodes=1, gpus_per_node=4, time_limit=60.0, oracle_duration=30.0),
+        Job("2", 0.0, 8, num_nodes=2, gpus_per_node=4, time_limit=60.0, oracle_duration=10.0),
+        Job("3", 1.0, 4, num_nodes=1, gpus_per_node=4, time_limit=60.0, oracle_duration=10.0),
+    ]
+    policy = make_policy("fifo+best-fit")
+    runs = simulate_runs(cluster, jobs, policy, WorldSetup(2.0, 6.0, "backfill"))
+    assert {j: (r.start, r.end, r.nodes) for j, r in runs.items()} == {
+        "1": (0.0, 30.0, ("n1",)), "2": (30.0, 40.0, ("n1", "n2")), "3": (40.0, 50.0, ("n1",)),
+    }
