@@ -8,7 +8,7 @@ Contract (checked by ``gymnasium.utils.env_checker.check_env`` in the tests):
   Picking a job that does not fit, or an empty slot, changes nothing and costs a small penalty.
 * Reward between two steps = −(Δ Σ job-seconds in the system) / 3600 − λ · Δ fees: the sum of
   JCTs in job-hours plus λ times the money spent, so the return over an episode is
-  −(Σ JCT + λ · fees), the objective of the paper.
+  −(Σ JCT + λ · fees), the objective of the paper (:mod:`slurm_rl.objective`).
 * The episode ends when every job of the scenario has finished.
 
 Observation: a float32 vector — per slot [present, log GPUs, log wait, log predicted
@@ -24,6 +24,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from slurm_rl import objective
 from slurm_rl.agents.base import PlacementPolicy
 from slurm_rl.agents.placement_baselines import FirstFit
 from slurm_rl.core import ClusterSnapshot, Decision, Job
@@ -76,7 +77,7 @@ class SchedulingEnv(gym.Env[np.ndarray, int]):
             self._snapshot = sim.next_snapshot()
         elif not self._start_slot(int(action)):
             penalty = INVALID_ACTION_PENALTY
-        reward = -(self._cost(sim) - cost_before) - penalty
+        reward = objective.reward(self._cost(sim) - cost_before) - penalty
         terminated = self._snapshot is None
         return self._observe(), float(reward), terminated, False, {}
 
@@ -86,7 +87,7 @@ class SchedulingEnv(gym.Env[np.ndarray, int]):
         return self._sim
 
     def _cost(self, sim: Simulation) -> float:
-        return sim.job_seconds / 3600.0 + self.fee_weight * sim.fees_accrued
+        return objective.cost(objective.hours(sim.job_seconds), sim.fees_accrued, self.fee_weight)
 
     def _start_slot(self, slot: int) -> bool:
         snapshot, sim = self._snapshot, self._require_sim()

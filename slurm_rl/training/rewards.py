@@ -1,6 +1,7 @@
 r"""Rewards of an episode's decisions: the same total cost, two ways of handing it out.
 
-The objective is the reward of the issue, :math:`-(\sum_j \text{JCT}_j/3600 + λ\,\text{fees})`.
+The objective is the reward of the issue, :math:`-(\sum_j \text{JCT}_j/3600 + λ\,\text{fees})`
+(:mod:`slurm_rl.objective`, which both rewards below are computed with).
 
 * ``time`` — what the cost accrues between decision :math:`t` and the next:
   :math:`r_t = -(Δ\text{job-seconds}/3600 + λ\,Δ\text{fees})` (job-seconds = ∫ jobs in the
@@ -35,6 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from slurm_rl.core import Cluster
+from slurm_rl.objective import SECONDS_PER_HOUR, cost_terms, hours, reward
 from slurm_rl.simulator.outcomes import JobOutcome, Timeline
 
 FloatArray = NDArray[np.float64]
@@ -67,9 +69,10 @@ def run_charges(outcomes: Sequence[JobOutcome], edges: FloatArray, fee_weight: f
         if not 0 <= i < len(charges):
             continue
         best = outcome.best_runtime
-        reference_fee = best * outcome.job.num_gpus * reference_price / 3600.0
-        charges[i] += (outcome.runtime - best) / 3600.0
-        charges[i] += fee_weight * (outcome.fee - reference_fee)
+        reference_fee = best * outcome.job.num_gpus * reference_price / SECONDS_PER_HOUR
+        excess = cost_terms(hours(outcome.runtime - best), outcome.fee - reference_fee, fee_weight)
+        for term in excess:  # one at a time, as every bundle's rewards were summed
+            charges[i] += term
     return charges
 
 
@@ -79,5 +82,5 @@ def job_rewards(outcomes: Sequence[JobOutcome], timeline: Timeline, decision_tim
     if not decision_times:
         return np.zeros(0)
     edges = np.array([*decision_times, max(phase_end, decision_times[-1])], dtype=float)
-    waiting = pending_integrals(timeline, edges) / 3600.0
-    return -(waiting + run_charges(outcomes, edges, fee_weight, mean_price(cluster)))
+    waiting = pending_integrals(timeline, edges) / SECONDS_PER_HOUR
+    return reward(waiting + run_charges(outcomes, edges, fee_weight, mean_price(cluster)))

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from slurm_rl import objective
 from slurm_rl.agents.ordering.agent import Observation, OrderingAgent, make_chooser, masked_scores
 from slurm_rl.agents.ordering.candidates import CANDIDATE_FEATURES, CandidateGenerator, CandidateSet
 from slurm_rl.agents.ordering.features import JOB_FEATURES, FeatureBuilder, FloatArray
@@ -115,7 +116,7 @@ class Episode:
     wall_s: float
 
     def cost(self, fee_weight: float) -> float:
-        return self.job_hours + fee_weight * self.fees
+        return objective.cost(self.job_hours, self.fees, fee_weight)
 
 
 class TrainingPlacement(LearnedPlacement):
@@ -294,7 +295,7 @@ def walk(placement: LearnedPlacement, snapshot: ClusterSnapshot,
 
 
 def cost_parts(simulation: Simulation) -> tuple[float, float]:
-    return simulation.job_seconds / 3600.0, simulation.fees_accrued
+    return objective.hours(simulation.job_seconds), simulation.fees_accrued
 
 
 def run_episode(network: DualNetwork, simulation: Simulation, gpu_speed: Mapping[str, float],
@@ -314,7 +315,8 @@ def run_episode(network: DualNetwork, simulation: Simulation, gpu_speed: Mapping
         simulation.apply(decision)
         snapshot = simulation.next_snapshot()
         now = cost_parts(simulation)
-        step.reward = -((now[0] - previous[0]) + config.fee_weight * (now[1] - previous[1]))
+        spent = objective.cost(now[0] - previous[0], now[1] - previous[1], config.fee_weight)
+        step.reward = objective.reward(spent)
         previous = now
         steps.append(step)
     final = None if snapshot is None else actor.final_observation(snapshot)

@@ -17,6 +17,7 @@ from typing import Any
 from torch import Tensor
 
 from slurm_rl.agents.ordering.network import DualNetwork
+from slurm_rl.objective import cost, hours
 from slurm_rl.scenario import ReplayResult, Scenario
 from slurm_rl.simulator.engine import SimConfig
 from slurm_rl.traces import window
@@ -35,8 +36,9 @@ class Checkpoint:
 
 
 def objective(result: ReplayResult, fee_weight: float) -> float:
+    """The whole replay's cost (:func:`slurm_rl.objective.cost`): Σ JCT h + λ · fees."""
     metrics = result.metrics
-    return metrics.jobs * metrics.avg_jct_s / 3600.0 + fee_weight * metrics.total_fees
+    return cost(hours(metrics.jobs * metrics.avg_jct_s), metrics.total_fees, fee_weight)
 
 
 @dataclass
