@@ -1,5 +1,7 @@
-"""Schema migrations (Alembic scripts in ``slurm_rl/store/migrations/``, shipped inside the
-package so an installed daemon can upgrade its store), run programmatically."""
+"""Schema migrations, run programmatically: the Alembic scripts (``env.py``, the script
+template, ``versions/``) live in the top-level ``db/`` of a checkout, and a wheel ships them
+beside the package (``<data>/share/slurm-rl/db``, pyproject's data-files), so that an installed
+daemon can upgrade its store (tests/test_packaging.py installs one and upgrades a store)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,26 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+from slurm_rl.errors import SlurmRLError
+from slurm_rl.paths import shipped
+
+#: Where the migrations are, relative to the checkout or the install's share directory.
+MIGRATIONS = "db"
+
+
+def migrations_dir() -> Path:
+    """The Alembic script directory; a broken install (no ``env.py`` found) is one line here,
+    not Alembic's traceback from inside the first store the daemon opens."""
+    directory = shipped(MIGRATIONS)
+    if not (directory / "env.py").is_file():
+        raise SlurmRLError(f"the store's migrations are missing (no {directory / 'env.py'}): "
+                           "reinstall slurm-rl")
+    return directory
 
 
 def alembic_config(engine: Engine) -> Config:
     config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("script_location", str(migrations_dir()))
     # Alembic's config is a ConfigParser: a '%' (URL-escaped socket paths, passwords) must be
     # doubled or it is read as interpolation.
     url = engine.url.render_as_string(hide_password=False)

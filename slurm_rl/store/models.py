@@ -2,7 +2,8 @@
 
 A job's decisions link to its outcome through ``job_key`` (the cluster name and Slurm job id),
 so ``explain`` and retraining can join what was decided with what happened. The schema is
-owned by the Alembic migrations in ``migrations/``; these models must match the newest revision.
+owned by the Alembic migrations in the top-level ``db/``; these models must match the newest
+revision.
 """
 
 from __future__ import annotations
