@@ -493,7 +493,8 @@ def test_cli_once_without_a_reachable_slurm_exits_1_with_one_line(
         result = CliRunner().invoke(daemon_command, ["--config", str(path), "--once"])
     assert result.exit_code == 1, result.output
     (line,) = _problems(caplog)
-    assert line.getMessage().startswith("cycle skipped: `squeue --json` ")
+    # The first command of a cycle is `sinfo --version` (the JSON layout: slurm/layouts.py).
+    assert line.getMessage().startswith("cycle skipped: `sinfo --version` ")
     assert (tmp_path / "slurm-rl.sqlite").exists()
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from slurm_rl.agents.names import naming_help
 from slurm_rl.cli_options import FiniteFloat
 from slurm_rl.daemon.config import DaemonConfig, config_path, load_config
 from slurm_rl.daemon.runner import Daemon
@@ -51,7 +52,7 @@ def configure_logging(config: DaemonConfig) -> None:
               type=click.Path(dir_okay=False, path_type=Path),
               help="TOML file; the daemon reads its [daemon] table (re-read on SIGHUP) "
                    "[default: $SLURM_RL_CONFIG, else /etc/slurm-rl/slurm-rl.toml if it exists].")
-@click.option("--policy", default=None, help="<ordering>+<placement>, e.g. fifo+best-fit.")
+@click.option("--policy", default=None, help=f"{naming_help(live=True)}.")
 @click.option("--mode", type=click.Choice(["shadow", "advise", "enforce"]), default=None,
               help="shadow: change nothing; advise: order only; enforce: order and place.")
 @click.option("--once", is_flag=True, help="Run one cycle and exit (1 if it was skipped).")
@@ -93,4 +94,7 @@ def daemon_command(
         result = daemon.run_once()
         daemon.close(retire=False)  # one cycle of a series (cron, tests): keep the beat
         sys.exit(0 if result.ok else 1)
-    sys.exit(daemon.run())
+    try:
+        sys.exit(daemon.run())
+    except SlurmRLError as exc:  # a Slurm release it cannot read: one line, no traceback
+        raise click.ClickException(str(exc)) from exc

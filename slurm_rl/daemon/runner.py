@@ -48,6 +48,7 @@ from slurm_rl.safefile import UnsafePathError, require_private_dir
 from slurm_rl.slurm import deferral
 from slurm_rl.slurm.actuator import ActuatorConfig, Mode, PriorityRecall, SlurmActuator
 from slurm_rl.slurm.client import CliSlurmClient
+from slurm_rl.slurm.layouts import start_line
 from slurm_rl.slurm.ownership import Recall, pin_ledger
 from slurm_rl.slurm.priority import PriorityLimits
 from slurm_rl.slurm.proc import Runner, make_runner
@@ -404,9 +405,9 @@ class Daemon:
 
     def run(self) -> int:
         """Cycle until SIGTERM/SIGINT (or :meth:`request_stop`); returns the exit status."""
-        log.info("daemon started: policy %s, mode %s, every %g s, store %s",
+        log.info("daemon started: policy %s, mode %s, every %g s, store %s; %s",
                  self.config.policy, self.config.recorded_mode, self.config.interval_s,
-                 shown_url(self.config.store))
+                 shown_url(self.config.store), start_line(self.parts.source.client))
         self._looping = True
         self._services = self._base_config
         self.schedule = start_schedule(self._base_config)

@@ -18,6 +18,7 @@ from slurm_rl.slurm.errors import (
     SlurmTimeoutError,
     SlurmUnavailableError,
 )
+from slurm_rl.slurm.layouts import Layout, layout_for
 from slurm_rl.slurm.parse import parse_jobs, parse_nodes
 from slurm_rl.slurm.proc import CommandResult, Runner, check, make_runner, reports_unreachable
 from slurm_rl.slurm.records import JobsReport, NodesReport
@@ -109,15 +110,19 @@ class CliSlurmClient:
             self._version = parse_version(result.stdout)
         return self._version
 
+    def layout(self) -> Layout:
+        """How this Slurm's JSON is read (slurm_rl/slurm/layouts.py); an unknown release
+        raises a one-line :class:`~slurm_rl.slurm.layouts.SlurmVersionError`, so no
+        command of an unknown layout is ever parsed."""
+        return layout_for(self.version())
+
     def jobs(self) -> JobsReport:
-        return self._read_json(("squeue", "--json"), parse_jobs)
+        # 23.02+ filters squeue's JSON by state as its text: --states=all keeps finished jobs.
+        return self._read_json(self.layout().jobs_argv, parse_jobs)
 
     def nodes(self) -> NodesReport:
         # 23.02+ regroups sinfo's JSON by identical nodes; scontrol's is one record a node.
-        argv: tuple[str, ...] = ("sinfo", "--json")
-        if self.version() >= (23, 2, 0):
-            argv = ("scontrol", "show", "nodes", "--json")
-        return self._read_json(argv, parse_nodes)
+        return self._read_json(self.layout().nodes_argv, parse_nodes)
 
     def _read_json(self, argv: tuple[str, ...], parse: Callable[[str, str], _Report]) -> _Report:
         """Run a ``--json`` command and parse its document. A document whose ``errors`` say

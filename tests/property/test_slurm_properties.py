@@ -32,10 +32,10 @@ from slurm_rl.traces.model import MAX_JOB_GPUS
 from tests.property._support import assert_one_line, budget, nasty_text, outcome, within
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "slurm"
-JOB_DOCS = ("22.05/squeue.json", "22.05/squeue_waiting.json", "23.11/squeue.json",
-            "24.11/squeue.json")
-NODE_DOCS = ("22.05/sinfo.json", "23.11/sinfo.json", "23.11/scontrol_show_nodes.json",
-             "24.11/scontrol_show_nodes.json")
+JOB_DOCS = ("22.05/squeue.json", "22.05/squeue_waiting.json", "24.11/squeue.json",
+            "26.05/squeue.json")
+NODE_DOCS = ("22.05/sinfo.json", "24.11/sinfo.json", "24.11/scontrol_show_nodes.json",
+             "26.05/scontrol_show_nodes.json")
 _DOCS = {name: json.loads((FIXTURES / name).read_text()) for name in JOB_DOCS + NODE_DOCS}
 SQUEUE, SINFO = "squeue --json", "sinfo --json"
 

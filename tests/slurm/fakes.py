@@ -57,20 +57,18 @@ class FakeRunner:
 
 
 def recorded_cluster(version: str) -> FakeRunner:
-    """A runner that answers squeue/sinfo/scontrol with one version's golden files."""
+    """A runner that answers squeue/sinfo/scontrol with one version's golden files, each
+    under the argv the client runs for that version (slurm_rl/slurm/layouts.py)."""
+    from slurm_rl.slurm.client import parse_version
+    from slurm_rl.slurm.layouts import layout_for
+
     runner = FakeRunner()
-    if version == "22.05":
-        runner.answer(("sinfo", "--version"), fixture_text(version, "sinfo_version.txt"))
-        runner.answer(("sinfo", "--json"), fixture_text(version, "sinfo.json"))
-        runner.answer(
-            ("scontrol", "show", "job", "-o"), fixture_text(version, "scontrol_show_job.txt")
-        )
-    else:
-        runner.answer(("sinfo", "--version"), f"slurm {version}.3\n")
-        runner.answer(
-            ("scontrol", "show", "nodes", "--json"),
-            fixture_text(version, "scontrol_show_nodes.json"),
-        )
-    runner.answer(("squeue", "--json"), fixture_text(version, "squeue.json"))
+    version_text = fixture_text(version, "sinfo_version.txt")
+    layout = layout_for(parse_version(version_text))
+    runner.answer(("sinfo", "--version"), version_text)
+    nodes = "sinfo.json" if layout.nodes_argv[0] == "sinfo" else "scontrol_show_nodes.json"
+    runner.answer(layout.nodes_argv, fixture_text(version, nodes))
+    runner.answer(("scontrol", "show", "job", "-o"), fixture_text(version, "scontrol_show_job.txt"))
+    runner.answer(layout.jobs_argv, fixture_text(version, "squeue.json"))
     runner.answer(RESERVATIONS, NO_RESERVATIONS)
     return runner

@@ -14,12 +14,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurm_rl.paths import REPO_DIR
 from slurm_rl.slurm import deferral
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.devcluster import DevCluster, free_base_port
 from slurm_rl.slurm.devconf import DevClusterConfig
-from slurm_rl.slurm.proc import CommandResult, Runner, make_runner, run_command
+from slurm_rl.slurm.proc import CommandResult, Runner, make_runner
 from slurm_rl.slurm.scontrol import ScontrolJob
 
 WINDOW_S = 6
@@ -128,35 +127,29 @@ def native_cluster() -> Iterator[LiveCluster]:
 
 # -- docker compose -----------------------------------------------------------------------
 
-COMPOSE_FILE = REPO_DIR / "docker-compose.yml"
-COMPOSE_WINDOW_S = 6  # SLURM_RL_DEFER_WINDOW in docker-compose.yml
-
-
-def _compose(*argv: str) -> tuple[str, ...]:
-    """``docker compose`` (v2 plugin) if present, else the v1 ``docker-compose`` binary."""
-    plugin = shutil.which("docker") and run_command(("docker", "compose", "version"), 30.0).ok
-    base = ("docker", "compose") if plugin else ("docker-compose",)
-    return (*base, "-f", str(COMPOSE_FILE), *argv)
+COMPOSE_WINDOW_S = 6  # SLURM_RL_DEFER_WINDOW's default in docker-compose.yml
 
 
 def compose_cluster() -> Iterator[LiveCluster]:
-    """The docker-compose cluster (``docker compose up -d`` must have been run)."""
-    base = make_runner()
-    exec_prefix = _compose("exec", "-T", "slurmctld")
+    """The docker-compose cluster (``docker compose up -d`` must have been run; the project
+    and suite come from SLURM_RL_COMPOSE_PROJECT and SLURM_RL_DEBIAN: tests/slurm/compose.py)."""
+    from tests.slurm.compose import ComposeError, from_env
 
-    def runner(argv: Sequence[str], timeout_s: float) -> CommandResult:
-        return base((*exec_prefix, *argv), timeout_s)
-
-    def set_heartbeat(stamp: float) -> None:
-        # The heartbeat lives in the controller's volume; write it there.
-        argv = ("slurm-rl-heartbeat", str(int(stamp)))
-        result = runner(argv, COMMAND_TIMEOUT_S)
-        assert result.ok, f"cannot write the heartbeat: {result.stderr}"
-
-    ping = run_command((*exec_prefix, "scontrol", "ping"), 60.0)
+    compose = from_env()
+    try:
+        runner = compose.runner("slurmctld")
+        ping = runner(("scontrol", "ping"), 60.0)
+    except ComposeError as exc:
+        raise RuntimeError(f"compose cluster not reachable: {exc}") from exc
     if not ping.ok:
         last = (ping.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"compose cluster not reachable (docker compose up -d?): {last}")
+
+    def set_heartbeat(stamp: float) -> None:
+        # The heartbeat lives in the controller's volume; write it there.
+        result = runner(("slurm-rl-heartbeat", str(int(stamp))), COMMAND_TIMEOUT_S)
+        assert result.ok, f"cannot write the heartbeat: {result.stderr}"
+
     yield LiveCluster(
         kind="compose",
         runner=runner,
