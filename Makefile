@@ -9,13 +9,28 @@ TORCH_SPEC ?= torch==2.13.0
 PIP_TORCH_ARGS ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv system-deps unit integration typecheck lint bench train-default train-no-comm clean
+# The Slurm versions the live suite also runs against in containers (docker-compose.yml):
+# trixie = Slurm 24.11, sid = 26.05 (bookworm = 22.05). COMPOSE_SUITES= skips that part.
+COMPOSE_SUITES ?= trixie sid
+
+.PHONY: demo test venv system-deps unit integration typecheck lint bench train-default train-no-comm clean docker-base compose-test
 
 demo: $(STAMP)
 	$(VENV)/bin/slurm-rl simulate --report reports/demo
 
 test: $(STAMP) system-deps
 	$(PY) -m pytest -q
+	$(if $(strip $(COMPOSE_SUITES)),bash scripts/compose-test.sh $(COMPOSE_SUITES))
+
+# Docker's engine (started when none runs) and the base images slurm-rl/debian:<suite>:
+# pulled where a registry answers, else made by debootstrap.
+docker-base:
+	bash scripts/docker-engine.sh
+	bash scripts/docker-base.sh $(COMPOSE_SUITES)
+
+# The compose part of the live suite, for each of COMPOSE_SUITES (scripts/compose-test.sh).
+compose-test: $(STAMP)
+	bash scripts/compose-test.sh $(COMPOSE_SUITES)
 
 venv: $(STAMP)
 

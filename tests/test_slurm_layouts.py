@@ -1,7 +1,8 @@
 """Golden-file tests of the newer Slurm layouts, on output recorded from real Slurm 24.11.5
 and 26.05.5 (tests/fixtures/slurm/record_compose.py, on the docker-compose cluster:
-a100-[01-03] + v100-[01-02], a100-03 DOWN and v100-02 DRAIN when recorded), and of how the
-client picks a layout from ``sinfo --version`` (slurm_rl/slurm/layouts.py)."""
+a100-[01-04] + v100-[01-04] as the native dev cluster, a100-04 DOWN and v100-04 DRAIN when
+recorded), and of how the client picks a layout from ``sinfo --version``
+(slurm_rl/slurm/layouts.py)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from slurm_rl.slurm.source import SlurmSource
 from tests.slurm.fakes import FakeRunner, fixture_text, recorded_answer, recorded_cluster
 
 NEWER = ("24.11", "26.05")
+NODES = ["a100-01", "a100-02", "a100-03", "a100-04", "v100-01", "v100-02", "v100-03", "v100-04"]
 FORMATS = {"24.11": ((24, 11, 5), "data_parser/v0.0.42"),
            "26.05": ((26, 5, 5), "data_parser/v0.0.45")}
 
@@ -58,7 +60,7 @@ def test_recorded_squeue_fields(version: str) -> None:
     assert jobs[roles["user_begin"]].admin_comment == ""
     assert jobs[roles["pending_unlimited"]].time_limit_s is None
     assert jobs[roles["pending_unlimited"]].tres_per_job == "gres/gpu:4"
-    assert jobs[roles["pending_pinned"]].required_nodes == ("v100-02",)
+    assert jobs[roles["pending_pinned"]].required_nodes == ("v100-03",)
     assert jobs[roles["pending_pinned"]].tres_per_task == "gres/gpu=1"
     # Finished jobs are there only because the client asks for --states=all.
     assert (jobs[roles["failed"]].state, jobs[roles["failed"]].exit_code) == ("FAILED", 3)
@@ -76,11 +78,11 @@ def test_recorded_squeue_fields(version: str) -> None:
 def test_recorded_nodes_from_scontrol_and_sinfo_agree(version: str) -> None:
     flat = {n.name: n for n in parse_nodes(fixture_text(version, "scontrol_show_nodes.json"),
                                            "scontrol show nodes --json").nodes}
-    assert list(flat) == ["a100-01", "a100-02", "a100-03", "v100-01", "v100-02"]
+    assert list(flat) == NODES
     assert flat["a100-01"].states == ("MIXED",) and flat["a100-01"].features == ("a100",)
     assert flat["a100-01"].gres_used == "gpu:a100:4(IDX:0-3)"
-    assert flat["a100-03"].states == ("DOWN",) and not flat["a100-03"].usable
-    assert flat["v100-02"].states == ("IDLE", "DRAIN") and not flat["v100-02"].usable
+    assert flat["a100-04"].states == ("DOWN",) and not flat["a100-04"].usable
+    assert flat["v100-04"].states == ("IDLE", "DRAIN") and not flat["v100-04"].usable
     assert flat["v100-01"].partitions == ("gpu",)
     grouped = {n.name: n for n in parse_nodes(fixture_text(version, "sinfo.json")).nodes}
     assert set(grouped) == set(flat)
@@ -103,9 +105,8 @@ def test_recorded_snapshot(version: str) -> None:
     source = _source(version)
     snap = source.snapshot()
     assert snap.cluster.name == "slurmrl"
-    assert [n.name for n in snap.cluster.nodes] == [
-        "a100-01", "a100-02", "a100-03", "v100-01", "v100-02"]
-    assert snap.free_gpus == (4, 4, 0, 1, 0)  # a100-03 DOWN, v100-02 DRAIN
+    assert [n.name for n in snap.cluster.nodes] == NODES
+    assert snap.free_gpus == (4, 4, 8, 0, 1, 4, 4, 0)  # a100-04 DOWN, v100-04 DRAIN
     pending = {j.job_id: j for j in snap.pending}
     assert list(pending) == [roles[k] for k in ("pending_prio", "pending_pinned", "user_begin",
                                                 "pending_unlimited")]  # not array nor het
@@ -138,10 +139,9 @@ def test_recorded_text_views_agree_with_the_json(version: str) -> None:
             assert job.required_nodes == squeue[job_id].required_nodes, job_id
     multi = parse_nodes_text(fixture_text(version, "scontrol_show_node.txt"))
     one = parse_nodes_text(fixture_text(version, "scontrol_show_node_oneline.txt"))
-    assert [n.name for n in multi] == [n.name for n in one] == [
-        "a100-01", "a100-02", "a100-03", "v100-01", "v100-02"]
+    assert [n.name for n in multi] == [n.name for n in one] == NODES
     assert [n.gres_used for n in multi] == [n.gres_used for n in one]
-    assert {n.name: n.state for n in one}["v100-02"] == "IDLE+DRAIN"
+    assert {n.name: n.state for n in one}["v100-04"] == "IDLE+DRAIN"
 
 
 @pytest.mark.parametrize("version", NEWER)

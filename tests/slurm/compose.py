@@ -74,7 +74,7 @@ class Compose:
         if not result.ok:
             raise ComposeError(f"compose up failed: {_last_line(result)}")
         self._containers.clear()
-        self.wait_idle(5)
+        self.wait_idle()
         return time.monotonic() - started
 
     def down(self) -> None:
@@ -107,8 +107,9 @@ class Compose:
 
         return run
 
-    def wait_idle(self, nodes: int, timeout_s: float = 120.0) -> None:
-        """Until slurmctld answers and ``nodes`` nodes are idle (or in use)."""
+    def wait_idle(self, timeout_s: float = 120.0) -> None:
+        """Until slurmctld answers and every node it lists is idle or in use (a node whose
+        slurmd has not registered yet shows ``unk*`` or ``down*``)."""
         run = self.runner()
         deadline = time.monotonic() + timeout_s
         last = "no answer"
@@ -119,8 +120,8 @@ class Compose:
                 out, last = None, str(exc)
             if out is not None and out.ok:
                 states = [line.split()[-1] for line in out.stdout.splitlines() if line.strip()]
-                ready = [s for s in states if s.rstrip("*") in ("idle", "mix", "alloc")]
-                if len(ready) >= nodes:
+                ready = [s for s in states if s in ("idle", "mix", "alloc")]
+                if states and len(ready) == len(states):
                     return
                 last = f"nodes: {' '.join(states) or 'none'}"
             elif out is not None:

@@ -144,6 +144,10 @@ def compose_cluster() -> Iterator[LiveCluster]:
     if not ping.ok:
         last = (ping.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"compose cluster not reachable (docker compose up -d?): {last}")
+    try:
+        compose.wait_idle()  # right after `up -d`, slurmds may not have registered yet
+    except ComposeError as exc:
+        raise RuntimeError(str(exc)) from exc
 
     def set_heartbeat(stamp: float) -> None:
         # The heartbeat lives in the controller's volume; write it there.
