@@ -11,6 +11,8 @@ other nodes, or > 5 s apart); with ``--jobs-detail`` every disagreeing job is li
     python benchmarks/replay_live.py                 # 5 traces x 3 policies x 2 schedulers
     python benchmarks/replay_live.py --tiny          # one short trace, fifo+best-fit, both
     python benchmarks/replay_live.py --plan-only     # the traces, nothing started
+    python benchmarks/replay_live.py --save runs/    # keep each run's live half (JSON)
+    python benchmarks/replay_live.py --from runs/    # re-simulate saved runs: no Slurm
 
 Needs root and Slurm (scripts/install-slurm.sh); about 1.5 min a run.
 """
@@ -29,7 +31,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slurm_rl.sim2real import SUMMARY_HEADER, Comparison, job_lines, summary_line  # noqa: E402
 from slurm_rl.simulator.slurm_emulation import SLURM_SCHEDULERS, SlurmScheduler  # noqa: E402
-from tests.slurm.replay import MiniJob, make_trace, replay_cluster, run_live  # noqa: E402
+from tests.slurm.replay import (  # noqa: E402
+    MiniJob,
+    make_trace,
+    replay_cluster,
+    resimulate,
+    run_live,
+    save_run,
+)
 
 POLICIES = ("fifo+best-fit", "multifactor+best-fit", "rl+rl")
 
@@ -37,6 +46,11 @@ POLICIES = ("fifo+best-fit", "multifactor+best-fit", "rl+rl")
 def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", type=int, default=5, help="mini-traces (seeds 1..N)")
+    parser.add_argument("--seeds", default=None, help="these trace seeds instead, e.g. 1,4")
+    parser.add_argument("--save", type=Path, default=None,
+                        help="write each run's live half here (JSON), for --from")
+    parser.add_argument("--from", dest="saved", type=Path, default=None,
+                        help="re-simulate the runs saved in this directory; start nothing")
     parser.add_argument("--jobs", type=int, default=20, help="jobs a trace")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--schedulers", default=",".join(SLURM_SCHEDULERS))
@@ -52,6 +66,13 @@ def _args() -> argparse.Namespace:
             parser.error(f"--schedulers: unknown {name!r} (known: {', '.join(SLURM_SCHEDULERS)})")
     if args.traces < 1 or args.jobs < 1:
         parser.error("--traces and --jobs must be at least 1")
+    try:
+        args.seeds = ([int(s) for s in args.seeds.split(",")] if args.seeds
+                      else list(range(1, args.traces + 1)))
+    except ValueError:
+        parser.error(f"--seeds: not a list of numbers: {args.seeds!r}")
+    if args.saved is not None and not args.saved.is_dir():
+        parser.error(f"--from: no such directory: {args.saved}")
     return args
 
 
@@ -65,7 +86,9 @@ def _describe(seed: int, trace: tuple[MiniJob, ...]) -> str:
 
 def main() -> int:
     args = _args()
-    traces = {seed: make_trace(args.jobs, seed) for seed in range(1, args.traces + 1)}
+    if args.saved is not None:
+        return _from_saved(args.saved, args.jobs_detail)
+    traces = {seed: make_trace(args.jobs, seed) for seed in args.seeds}
     for seed, trace in traces.items():
         print(_describe(seed, trace))
     if args.plan_only:
@@ -80,25 +103,43 @@ def main() -> int:
             scheduler: SlurmScheduler = "builtin" if scheduler_name == "builtin" else "backfill"
             for seed, trace in traces.items():
                 for policy in args.policies.split(","):
-                    results.append(_one(work, trace, seed, policy, scheduler, args.jobs_detail))
+                    results.append(_one(work, trace, seed, policy, scheduler, args))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     _print_table(results)
     return 0
 
 
+def _from_saved(directory: Path, detail: bool) -> int:
+    results = []
+    for path in sorted(directory.glob("*.json")):
+        run = resimulate(path)
+        results.append((path.stem, run.comparison, run.overhead_s))
+        if detail:
+            print(summary_line(path.stem, run.comparison))
+            print("\n".join(job_lines(run.comparison)))
+    if not results:
+        print(f"no saved runs (*.json) in {directory}", file=sys.stderr)
+        return 1
+    _print_table(results)
+    return 0
+
+
 def _one(work: Path, trace: tuple[MiniJob, ...], seed: int, policy: str,
-         scheduler: SlurmScheduler, detail: bool) -> tuple[str, Comparison, float]:
+         scheduler: SlurmScheduler, args: argparse.Namespace) -> tuple[str, Comparison, float]:
     began = time.monotonic()
+    name = f"{scheduler}-{seed}-{policy.replace('+', '-')}"
     with replay_cluster(scheduler) as cluster:
-        state = work / f"{scheduler}-{seed}-{policy.replace('+', '-')}"
-        run = run_live(cluster, trace, policy, scheduler, state)
+        run = run_live(cluster, trace, policy, scheduler, work / name)
+    if args.save is not None:
+        args.save.mkdir(parents=True, exist_ok=True)
+        save_run(run, args.save / f"{name}.json")
     label = f"{scheduler:<8} trace {seed} {policy}"
     comparison = run.comparison
     print(summary_line(label, comparison)
           + f"  ({time.monotonic() - began:.0f} s, run time − sleep {run.overhead_s:+.2f} s)",
           flush=True)
-    if detail:
+    if args.jobs_detail:
         print("\n".join(job_lines(comparison)), flush=True)
     return label, comparison, run.overhead_s
 
@@ -108,6 +149,8 @@ def _print_table(results: list[tuple[str, Comparison, float]]) -> None:
     print(SUMMARY_HEADER)
     for label, comparison, _ in results:
         print(summary_line(label, comparison))
+    overheads = [overhead for _, _, overhead in results]
+    print(f"run time − sleep, mean per run: {min(overheads):+.2f} to {max(overheads):+.2f} s")
     jobs = [row for _, c, _ in results for row in c.jobs]
     errors = sorted(abs(row.start_error) for row in jobs)
     same = sum(row.same_nodes for row in jobs) / max(1, len(jobs))

@@ -44,11 +44,14 @@ class JobRun:
 class WorldSetup:
     """What the simulator must share with the live run: the levers' timing and Slurm's
     scheduler (the daemon's ``interval_s`` and ``defer_window_s``, slurm.conf's
-    ``SchedulerType``)."""
+    ``SchedulerType``), and how long the daemon's levers take to reach slurmctld's
+    scheduler (``lever_delay_s``, measured: docs/slurm-emulation.md)."""
 
     cycle_s: float
     defer_window_s: float
     scheduler: SlurmScheduler
+    lever_delay_s: float = 0.0
+    cycle_phase_s: float = 0.0
 
 
 def simulate_runs(cluster: Cluster, jobs: Sequence[Job], policy: DecisionMaker,
@@ -58,7 +61,8 @@ def simulate_runs(cluster: Cluster, jobs: Sequence[Job], policy: DecisionMaker,
     ordered = sorted(jobs, key=lambda job: (job.submit_time, job.job_id))
     speed = FixedSpeedModel(cluster, PerformanceModel.default(), "V100", None)
     config = SimConfig(mode="slurm", cycle_s=setup.cycle_s, defer_window_s=setup.defer_window_s,
-                       slurm_scheduler=setup.scheduler, observations=False)
+                       slurm_scheduler=setup.scheduler, observations=False,
+                       lever_delay_s=setup.lever_delay_s, cycle_phase_s=setup.cycle_phase_s)
     simulation = Simulation(cluster, ordered, speed, None, config)
     run_loop(TraceSource(simulation), policy, SimActuator(simulation))
     return {o.job.job_id: JobRun(o.job.job_id, o.job.submit_time, o.start, o.end, o.nodes)

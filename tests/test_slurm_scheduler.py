@@ -16,8 +16,9 @@ j3   20     4     30    fits t4-002 now: pinned there by the policy
 * ``backfill``: j2's reservation starts at 100 (j1's limit); j3 ends at 50, before it, so
   it is backfilled at 20. j2 runs 100-150. JCTs 100, 140, 30: mean 90.
 * ``builtin``: j2 cannot start, and blocks the partition: j3 waits although its pinned node
-  is free. j2 runs 100-150 (while it runs, nothing is free and the policy pins nothing), then
-  j3 150-180 on t4-001, the first node in Slurm's order. JCTs 100, 140, 160: mean 133.3.
+  is free. j2 runs 100-150, then j3 150-180 on t4-002: its pin stays (while j2 runs the
+  policy places it nowhere, and the daemon never clears a ReqNodeList it set). JCTs 100,
+  140, 160: mean 133.3.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ BY_HAND: dict[str, dict[str, tuple[float, float, tuple[str, ...]]]] = {
     "backfill": {"j1": (0, 100, ("t4-001",)), "j2": (100, 150, ("t4-001", "t4-002")),
                  "j3": (20, 50, ("t4-002",))},
     "builtin": {"j1": (0, 100, ("t4-001",)), "j2": (100, 150, ("t4-001", "t4-002")),
-                "j3": (150, 180, ("t4-001",))},
+                "j3": (150, 180, ("t4-002",))},
 }
 MEAN_JCT = {"backfill": 90.0, "builtin": 400.0 / 3}
 

@@ -20,8 +20,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-import numpy as np
-
 from slurm_rl.core import (
     Cluster,
     ClusterSnapshot,
@@ -29,16 +27,18 @@ from slurm_rl.core import (
     FinishedJob,
     Job,
     JobId,
-    PendingColumns,
     Placement,
     RunningJob,
     SpeedObservation,
 )
+from slurm_rl.simulator.columns import ArrivalColumns
 from slurm_rl.simulator.outcomes import JobOutcome, Timeline
 from slurm_rl.simulator.slurm_emulation import (
+    DEFAULT_RESERVATIONS,
     RunningShape,
     SlurmJobState,
     SlurmScheduler,
+    one_type_sizes,
     schedule_pass,
     valid_pin,
 )
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from slurm_rl.simulator.fluctuation import MachineFluctuation
 
 ActionMode = Literal["direct", "slurm"]
-_FINISH, _STEP, _EXPIRE, _TICK = 0, 1, 2, 3
+_FINISH, _STEP, _EXPIRE, _TICK, _LEVERS = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,15 @@ class SimConfig:
     how many queued jobs one emulated scheduling pass looks at (Slurm's ``bf_max_job_test``).
     ``restart_overhead_s``: what a migrated job loses, in seconds of work on the trace's
     reference hardware: the work since its last checkpoint plus loading it again.
-    ``slurm_scheduler``: the SchedulerType emulated in ``slurm`` mode, ``backfill`` (EASY
-    backfill) or ``builtin`` (strict priority order, no backfill).
+    ``slurm_scheduler``: the SchedulerType emulated in ``slurm`` mode, ``backfill`` or
+    ``builtin`` (strict priority order, no backfill); ``backfill_reservations``: how many
+    waiting jobs one backfill pass plans (Slurm plans every one; 1 is EASY backfill).
+    ``lever_delay_s``: in ``slurm`` mode, how long after its snapshot a decision's levers
+    reach Slurm's scheduler (live: the cycle's own work, its scontrol calls, slurmctld's
+    next pass; docs/slurm-emulation.md). ``cycle_phase_s``: decisions fall at the first
+    submit + this + k · ``cycle_s`` (a live daemon's cycles keep their own phase).
+    ``one_gpu_type``: a released untyped gang is kept on one GPU type, as the daemon does
+    unless ``allow_mixed_gpu_types`` (``Features=[a100|v100]``, slurm/onetype.py).
     """
 
     mode: ActionMode = "direct"
@@ -72,6 +79,10 @@ class SimConfig:
     hold_cap_s: float = 3600.0
     slurm_queue_depth: int = 500
     slurm_scheduler: SlurmScheduler = "backfill"
+    backfill_reservations: int = DEFAULT_RESERVATIONS
+    lever_delay_s: float = 0.0
+    cycle_phase_s: float = 0.0
+    one_gpu_type: bool = True
     observations: bool = True
     observation_noise: float = 0.02
     restart_overhead_s: float = 300.0
@@ -131,7 +142,7 @@ class Simulation:
         self._fluctuation = fluctuation
         self._arrivals = list(jobs)
         self._next_arrival = 0
-        self._columns = _ArrivalColumns(self._arrivals)
+        self._columns = ArrivalColumns(self._arrivals)
         self.origin = self._arrivals[0].submit_time if self._arrivals else 0.0
         self.now = self.origin
         self._free = [node.gpus for node in cluster.nodes]
@@ -152,7 +163,7 @@ class Simulation:
         self._new_finished: list[FinishedJob] = []
         self._new_observations: list[SpeedObservation] = []
         self._rng = random.Random(self.config.seed)
-        self._slurm = SlurmJobState()
+        self._slurm = SlurmJobState(one_type_of=one_type_sizes(cluster, self.config.one_gpu_type))
         self.outcomes: list[JobOutcome] = []
         self.timeline = Timeline()
         self.rejected_actions = 0
@@ -180,6 +191,8 @@ class Simulation:
     def apply(self, decision: Decision) -> None:
         if self.config.mode == "direct":
             self._apply_direct(decision)
+        elif self.config.lever_delay_s > 0:
+            self._push(self.now + self.config.lever_delay_s, _LEVERS, decision)
         else:
             self._apply_slurm(decision)
         self._record_timeline()
@@ -248,6 +261,10 @@ class Simulation:
         if kind == _STEP:
             self._fluctuation_step()
             return False
+        if kind == _LEVERS:
+            assert isinstance(payload, Decision)
+            self._apply_slurm(payload)
+            return False
         if kind == _EXPIRE:
             self._slurm_dirty = True  # a deferral ran out: Slurm may start the job now
         return True  # (or a held job is due a look)
@@ -276,7 +293,8 @@ class Simulation:
         cycle = self.config.cycle_s
         if cycle <= 0:
             return t
-        return self.origin + math.ceil((t - self.origin) / cycle - 1e-9) * cycle
+        grid = self.origin + self.config.cycle_phase_s % cycle
+        return grid + math.ceil((t - grid) / cycle - 1e-9) * cycle
 
     def _push(self, t: float, kind: int, payload: object) -> None:
         self._seq += 1
@@ -548,7 +566,8 @@ class Simulation:
         free = list(self._free)
         for job, placement in schedule_pass(self.now, queue, free, self._running_shapes,
                                             self.cluster, self.config.slurm_queue_depth,
-                                            self.config.slurm_scheduler):
+                                            self.config.slurm_scheduler,
+                                            self.config.backfill_reservations):
             self._start(job, placement)
 
     def _running_shapes(self) -> list[RunningShape]:
@@ -557,25 +576,6 @@ class Simulation:
     def _record_timeline(self) -> None:
         busy = self._total_gpus - sum(self._free)
         self.timeline.record(self.now, len(self._pending), busy)
-
-
-class _ArrivalColumns:
-    """Numeric columns of every job in the replay, and which are pending, so a snapshot's
-    pending columns cost array operations, not a pass over the queue in Python."""
-
-    def __init__(self, jobs: Sequence[Job]) -> None:
-        self.index = {job.job_id: i for i, job in enumerate(jobs)}
-        self.all = PendingColumns.from_jobs(jobs)
-        self.pending = np.zeros(len(jobs), dtype=bool)
-
-    def pending_columns(self) -> PendingColumns:
-        rows = np.flatnonzero(self.pending)
-        return PendingColumns(
-            submit_time=self.all.submit_time[rows],
-            num_gpus=self.all.num_gpus[rows],
-            time_limit=self.all.time_limit[rows],
-            oracle_duration=self.all.oracle_duration[rows],
-        )
 
 
 def _capacity_outside(job: Job, excluded: frozenset[int], cluster: Cluster) -> int:

@@ -26,15 +26,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from slurm_rl.agents.nodesets import fixed_shape, place_in_order
 from slurm_rl.core import Cluster, Job, JobId, Placement, placement_fits_shape
+from slurm_rl.simulator.backfill import PlannedPass
 
 NO_LIMIT = float("inf")
 SlurmScheduler = Literal["backfill", "builtin"]  # slurm.conf's SchedulerType=sched/<this>
 SLURM_SCHEDULERS: tuple[SlurmScheduler, ...] = ("backfill", "builtin")
+DEFAULT_RESERVATIONS = 100  # jobs a backfill pass plans at most (1: EASY backfill)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,13 @@ class QueuedJob:
     priority: float
     pin: Placement | None = None
     excluded: frozenset[int] = frozenset()  # node indices (ExcNodeList); unpinned jobs only
+    # Features=[a|b]: the job as it may run, one GPU type each, tried in this order; empty:
+    # as it is (the daemon keeps an untyped gang Slurm places on one type, slurm/onetype.py)
+    one_of: tuple[Job, ...] = ()
+
+    @property
+    def choices(self) -> tuple[Job, ...]:
+        return self.one_of or (self.job,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,13 +77,19 @@ def schedule_pass(
     cluster: Cluster,
     depth: int = 500,
     scheduler: SlurmScheduler = "backfill",
+    reservations: int = DEFAULT_RESERVATIONS,
 ) -> list[tuple[Job, Placement]]:
     """Jobs to start now, in start order, walking ``queue`` (highest priority first).
     ``free_gpus`` is updated in place; ``running`` is asked for only if a reservation is needed.
     Like slurmctld (``bf_max_job_test``), a pass looks at no more than ``depth`` jobs.
-    ``scheduler``: ``backfill`` (EASY) or ``builtin`` (the first unpinned job that cannot
-    start ends the pass)."""
-    state = _Pass(now, free_gpus, running, cluster, backfill=scheduler == "backfill")
+    ``scheduler``: ``backfill`` or ``builtin`` (the first unpinned job that cannot start ends
+    the pass). Under backfill, up to ``reservations`` jobs that cannot start now are planned
+    (:mod:`slurm_rl.simulator.backfill`, Slurm's conservative backfill); 1 is EASY."""
+    state: _Pass | PlannedPass
+    if scheduler == "backfill" and reservations > 1:
+        state = PlannedPass(now, free_gpus, running, cluster, reservations)
+    else:
+        state = _Pass(now, free_gpus, running, cluster, backfill=scheduler == "backfill")
     for item, _ in zip(queue, range(depth), strict=False):
         if state.exhausted:
             break  # not even one GPU is left outside the masks: nothing else can start
@@ -232,7 +247,11 @@ def _try(
         return _pinned_fits(item.pin, free_gpus, masked, cluster)
     if masked or item.excluded:
         order = [i for i in order if i not in masked and i not in item.excluded]
-    return place_in_order(item.job, cluster, free_gpus, order)
+    for job in item.choices:
+        placement = place_in_order(job, cluster, free_gpus, order)
+        if placement is not None:
+            return placement
+    return None
 
 
 def _pinned_fits(
@@ -304,6 +323,26 @@ def _take(placement: Placement, free_gpus: list[int], cluster: Cluster) -> None:
         free_gpus[cluster.index(name)] -= gpus
 
 
+def one_type_sizes(cluster: Cluster, enabled: bool = True
+                   ) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The GPU types the daemon's Features=[a|b] lists, each with its nodes' sizes (none on
+    a one-type cluster, or when ``enabled`` is off: ``allow_mixed_gpu_types``)."""
+    types = sorted({node.gpu_type for node in cluster.nodes})
+    if not enabled or len(types) < 2:
+        return ()
+    return tuple((t, tuple(n.gpus for n in cluster.nodes if n.gpu_type == t)) for t in types)
+
+
+def _fits_sizes(job: Job, sizes: tuple[int, ...]) -> bool:
+    """Whether nodes of these sizes (GPUs each) could ever hold the job's request."""
+    if job.num_gpus > sum(sizes):
+        return False
+    if job.num_nodes is None and job.gpus_per_node is None:
+        return True
+    per_node = job.gpus_per_node or -(-job.num_gpus // (job.num_nodes or 1))
+    return sum(size >= per_node for size in sizes) >= (job.num_nodes or 1)
+
+
 def valid_pin(job: Job, pin: Placement, cluster: Cluster) -> bool:
     """A pin Slurm would accept: known nodes, the job's shape, its GPU type, within node size."""
     if not placement_fits_shape(job, pin) or not all(cluster.has_node(n) for n in pin.nodes):
@@ -325,9 +364,12 @@ class SlurmJobState:
 
     ranking: tuple[JobId, ...] = ()
     released: frozenset[JobId] = frozenset()
-    pins: Mapping[JobId, Placement] = field(default_factory=dict)
+    pins: dict[JobId, Placement] = field(default_factory=dict)
     exclusions: Mapping[JobId, frozenset[int]] = field(default_factory=dict)
     eligible_at: dict[JobId, float] = field(default_factory=dict)
+    # the GPU types a released untyped gang is kept to one of (Features=[a|b]), each with
+    # its nodes' sizes; () = off
+    one_type_of: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def set_levers(
         self,
@@ -335,14 +377,29 @@ class SlurmJobState:
         pins: Mapping[JobId, Placement],
         exclusions: Mapping[JobId, frozenset[int]] | None = None,
     ) -> None:
-        """The last decision's levers; an exclusion counts only for a job without a pin."""
-        self.ranking, self.released, self.pins = ranking, frozenset(ranking), pins
+        """The last decision's levers; an exclusion counts only for a job without a pin. A
+        pin stays until the daemon pins the job elsewhere, as a ReqNodeList does live (the
+        actuator never clears its own: a job it placed once and now ranks without nodes
+        keeps waiting for them)."""
+        self.ranking, self.released = ranking, frozenset(ranking)
+        self.pins.update(pins)
         self.exclusions = {
-            job_id: nodes for job_id, nodes in (exclusions or {}).items() if job_id not in pins
+            job_id: nodes for job_id, nodes in (exclusions or {}).items()
+            if job_id not in self.pins
         }
 
     def forget(self, job_id: JobId) -> None:
         self.eligible_at.pop(job_id, None)
+        self.pins.pop(job_id, None)
+
+    def _one_of(self, job: Job) -> tuple[Job, ...]:
+        """The daemon's Features=[a|b] on a released job Slurm places: untyped, two GPUs or
+        more, not -N 1 (slurm_rl/slurm/onetype.py)."""
+        if not self.one_type_of or job.gpu_type or job.num_gpus < 2 or job.num_nodes == 1:
+            return ()
+        fitting = tuple(replace(job, gpu_type=gpu_type) for gpu_type, sizes in self.one_type_of
+                        if _fits_sizes(job, sizes))
+        return fitting or ()  # fits no one type: the job as it is (see docs/slurm-emulation.md)
 
     def queue(self, pending: Mapping[JobId, Job], now: float) -> Iterator[QueuedJob]:
         """Eligible pending jobs, highest priority first (lazily: a pass stops early)."""
@@ -350,7 +407,9 @@ class SlurmJobState:
             job = pending.get(job_id)
             if job is not None:
                 excluded = self.exclusions.get(job_id, frozenset())
-                yield QueuedJob(job, -rank, self.pins.get(job_id), excluded)
+                pin = self.pins.get(job_id)
+                one_of = self._one_of(job) if pin is None else ()
+                yield QueuedJob(job, -rank, pin, excluded, one_of)
         for job_id, job in pending.items():
             if job_id not in self.released and self.eligible_at.get(job_id, 0.0) <= now:
-                yield QueuedJob(job, -math.inf)
+                yield QueuedJob(job, -math.inf, self.pins.get(job_id))

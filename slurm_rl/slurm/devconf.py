@@ -69,6 +69,9 @@ class DevClusterConfig:
     # SchedulerType=sched/<scheduler>: backfill (EASY, the default) or builtin (strict
     # priority order, no backfill); what the simulator's --slurm-scheduler emulates.
     scheduler: SlurmScheduler = "backfill"
+    # bf_resolution (s): Slurm plans backfill in 60 s steps by default; the sim-to-real
+    # replay, whose jobs last seconds, asks for 1 (None: Slurm's default)
+    bf_resolution_s: int | None = None
 
     def nodes(self) -> tuple[DevNode, ...]:
         nodes: list[DevNode] = []
@@ -146,7 +149,7 @@ def _plugins(cfg: DevClusterConfig) -> list[str]:
         # with every weight 0 each new job has priority 1, below anything the daemon sets.
         f"SchedulerType=sched/{cfg.scheduler}",
         f"SchedulerParameters=sched_interval={cfg.sched_interval_s},"
-        f"bf_interval={cfg.sched_interval_s},batch_sched_delay=0",
+        f"bf_interval={cfg.sched_interval_s},batch_sched_delay=0{_bf_resolution(cfg)}",
         "PriorityType=priority/multifactor",
         *zero_weights,
         # Fail-open deferral: job_submit.lua next to this file.
@@ -161,6 +164,10 @@ def _plugins(cfg: DevClusterConfig) -> list[str]:
         "InactiveLimit=0",
         "SlurmdTimeout=300",
     ]
+
+
+def _bf_resolution(cfg: DevClusterConfig) -> str:
+    return "" if cfg.bf_resolution_s is None else f",bf_resolution={cfg.bf_resolution_s}"
 
 
 def _accounting_lines(cfg: DevClusterConfig) -> list[str]:

@@ -16,9 +16,12 @@ cycle and deferral window.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import math
 import random
 import shutil
+import sqlite3
 import subprocess
 import tempfile
 import threading
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_rl.core import Job
-from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.daemon.config import STORE_FILE, DaemonConfig
 from slurm_rl.daemon.guard import GuardedScheduler
 from slurm_rl.daemon.history import PrimedScheduler
 from slurm_rl.daemon.policy import make_policy
@@ -46,6 +49,8 @@ CLUSTER = "replay"
 PARTITION = "gpu"
 WINDOW_S = 6  # the job_submit plugin's deferral window and the simulator's
 CYCLE_S = 2.0  # the daemon's interval_s and the simulator's cycle
+BF_RESOLUTION_S = 1  # the emulation plans to the second; Slurm's default is 60
+SLURM_REACTION_S = 0.0  # from the daemon's last scontrol call to slurmctld starting the job
 # (weight, nodes, GPUs per node, type): gangs that fill a node, span two, or need one type
 SHAPES: tuple[tuple[int, int, int, str | None], ...] = (
     (6, 1, 1, None), (8, 1, 2, None), (6, 1, 4, None), (3, 1, 8, None), (3, 2, 4, None),
@@ -101,7 +106,8 @@ def replay_cluster(scheduler: SlurmScheduler) -> Iterator[DevCluster]:
     ports = DevClusterConfig(groups=GROUPS).port_count
     config = DevClusterConfig(root=root / "cluster", base_port=free_base_port(ports, 26800),
                               groups=GROUPS, users=USERS, deferral_window_s=WINDOW_S,
-                              scheduler=scheduler, cluster_name=CLUSTER, partition=PARTITION)
+                              scheduler=scheduler, cluster_name=CLUSTER, partition=PARTITION,
+                              bf_resolution_s=BF_RESOLUTION_S)
     cluster = DevCluster(config)
     try:
         cluster.up(timeout_s=120.0)
@@ -112,14 +118,19 @@ def replay_cluster(scheduler: SlurmScheduler) -> Iterator[DevCluster]:
 
 
 def daemon_config(cluster: DevCluster, policy: str, state: Path) -> DaemonConfig:
-    """The daemon of the replay. Its priorities follow every rank change at once
+    """The daemon of the replay, on ``cluster``."""
+    return daemon_config_for(policy, state).model_copy(update={
+        "slurm_conf": cluster.slurm_conf, "heartbeat_path": cluster.heartbeat_path})
+
+
+def daemon_config_for(policy: str, state: Path) -> DaemonConfig:
+    """The replay's daemon settings. Its priorities follow every rank change at once
     (``priority_tolerance_ranks = 0``, no hourly cap): the emulation takes the last ranking
     as Slurm's priority order, and that is the lever being measured."""
     return DaemonConfig(
         policy=policy, mode="enforce", interval_s=CYCLE_S, state_dir=state,
-        cluster_name=CLUSTER, partitions=(PARTITION,), slurm_conf=cluster.slurm_conf,
-        heartbeat_path=cluster.heartbeat_path, defer_window_s=WINDOW_S, metrics_port=0,
-        log_json=False, slurm_timeout_s=30.0, priority_tolerance_ranks=0,
+        cluster_name=CLUSTER, partitions=(PARTITION,), defer_window_s=WINDOW_S,
+        metrics_port=0, log_json=False, slurm_timeout_s=30.0, priority_tolerance_ranks=0,
         priority_updates_per_job_hour=3600,
     )
 
@@ -154,13 +165,18 @@ def submit(cluster: DevCluster, job: MiniJob) -> str:
     return done.stdout.strip().split(";")[0]
 
 
-def submit_trace(cluster: DevCluster, trace: Sequence[MiniJob]) -> dict[str, MiniJob]:
-    """Each job at its offset from the first (late ones go at once); job id -> job."""
-    began, ids = time.monotonic(), {}
+def submit_trace(cluster: DevCluster, trace: Sequence[MiniJob]
+                 ) -> tuple[dict[str, MiniJob], dict[str, float]]:
+    """Each job at its offset from the first (late ones go at once): job id -> job, and
+    job id -> when it was submitted (the middle of its sbatch call: Slurm's submit_time is
+    that, in whole seconds)."""
+    began, ids, times = time.monotonic(), {}, {}
     for job in trace:
         time.sleep(max(0.0, began + job.offset_s - time.monotonic()))
-        ids[submit(cluster, job)] = job
-    return ids
+        before = time.time()
+        job_id = submit(cluster, job)
+        ids[job_id], times[job_id] = job, (before + time.time()) / 2
+    return ids, times
 
 
 def read_back(cluster: DevCluster, ids: Sequence[str]) -> dict[str, JobRun]:
@@ -194,6 +210,8 @@ class ReplayRun:
     real: dict[str, JobRun]
     sim: dict[str, JobRun]
     overhead_s: float  # mean real run time minus sleep: Slurm's launch and end latency
+    cycles: tuple[tuple[float, float], ...]  # the daemon's cycles: snapshot time, duration
+    submitted: dict[str, float]  # when each sbatch ran (Slurm's submit_time is whole seconds)
 
     @property
     def comparison(self) -> Comparison:
@@ -207,27 +225,54 @@ def run_live(cluster: DevCluster, trace: Sequence[MiniJob], policy: str,
     state.mkdir(mode=0o700)
     config = daemon_config(cluster, policy, state)
     with running_daemon(cluster, config):
-        jobs = submit_trace(cluster, trace)
+        jobs, submitted = submit_trace(cluster, trace)
         _wait(lambda: not unfinished(cluster, list(jobs)), drain_timeout_s, "every job to end")
     real = read_back(cluster, list(jobs))
-    sim = simulate_world(jobs, real, config, scheduler)
+    cycles = daemon_cycles(config)
+    sim = simulate_world(jobs, submitted, real, config, scheduler, cycles)
     over = [run.end - run.start - jobs[j].sleep_s for j, run in real.items()]
-    return ReplayRun(policy, scheduler, jobs, real, sim, sum(over) / max(1, len(over)))
+    return ReplayRun(policy, scheduler, jobs, real, sim, sum(over) / max(1, len(over)),
+                     cycles, submitted)
 
 
-def sim_jobs(jobs: dict[str, MiniJob], real: dict[str, JobRun]) -> list[Job]:
-    """The jobs as the daemon's source sees them (Slurm's ids and submit times), with the
-    sleeps as their durations."""
+def daemon_cycles(config: DaemonConfig) -> tuple[tuple[float, float], ...]:
+    """When each of the daemon's cycles took its snapshot and how long it ran, from its
+    store (``cycles`` rows)."""
+    with contextlib.closing(sqlite3.connect(config.state_dir / STORE_FILE)) as db:
+        rows = db.execute("SELECT snapshot_time, duration_s FROM cycles ORDER BY id").fetchall()
+    return tuple((float(t), float(d)) for t, d in rows)
+
+
+def cycle_timing(cycles: Sequence[tuple[float, float]], origin: float, interval_s: float
+                 ) -> tuple[float, float]:
+    """The live cycles' phase after ``origin`` (the first sbatch) and their median
+    duration: the emulation decides on the same grid, and its levers act that much later
+    plus slurmctld's reaction (:data:`SLURM_REACTION_S`)."""
+    if not cycles:
+        return 0.0, 0.0
+    # a circular mean: phases just below the interval and just above 0 are neighbours
+    angles = [2 * math.pi * (t - origin) / interval_s for t, _ in cycles]
+    mean = math.atan2(sum(map(math.sin, angles)), sum(map(math.cos, angles)))
+    durations = sorted(d for _, d in cycles)
+    return (mean / (2 * math.pi) * interval_s) % interval_s, durations[len(durations) // 2]
+
+
+def sim_jobs(jobs: dict[str, MiniJob], submitted: dict[str, float], real: dict[str, JobRun]
+             ) -> list[Job]:
+    """The jobs as the daemon's source sees them (Slurm's ids), submitted when sbatch ran,
+    with the sleeps as their durations."""
     return [
-        Job(job_id=job_id, submit_time=real[job_id].submit, num_gpus=m.nodes * m.gpus_per_node,
+        Job(job_id=job_id, submit_time=submitted[job_id], num_gpus=m.nodes * m.gpus_per_node,
             user=m.user, partition=PARTITION, num_nodes=m.nodes, gpus_per_node=m.gpus_per_node,
             gpu_type=m.gpu_type, time_limit=60.0 * m.limit_min, oracle_duration=float(m.sleep_s))
         for job_id, m in jobs.items() if job_id in real
     ]
 
 
-def simulate_world(jobs: dict[str, MiniJob], real: dict[str, JobRun], config: DaemonConfig,
-                   scheduler: SlurmScheduler) -> dict[str, JobRun]:
+def simulate_world(jobs: dict[str, MiniJob], submitted: dict[str, float],
+                   real: dict[str, JobRun], config: DaemonConfig, scheduler: SlurmScheduler,
+                   cycles: Sequence[tuple[float, float]] = (), reaction_s: float | None = None
+                   ) -> dict[str, JobRun]:
     """The simulator's replay of the jobs Slurm ran, under the daemon's own policy object."""
     policy = make_policy(config.policy, seed=config.seed, bundle=config.policy_bundle,
                          rules=config.ranking_rules)
@@ -235,8 +280,12 @@ def simulate_world(jobs: dict[str, MiniJob], real: dict[str, JobRun], config: Da
                                allow_mixed_gpu_types=config.allow_mixed_gpu_types)
     cluster = dev_cluster(CLUSTER, [(n.name, n.gpu_type, n.gpus)
                                     for n in DevClusterConfig(groups=GROUPS).nodes()])
-    setup = WorldSetup(config.interval_s, float(config.defer_window_s), scheduler)
-    return simulate_runs(cluster, sim_jobs(jobs, real), guarded, setup)
+    origin = min((submitted[job_id] for job_id in real), default=0.0)
+    phase, duration = cycle_timing(cycles, origin, config.interval_s)
+    reaction = SLURM_REACTION_S if reaction_s is None else reaction_s
+    setup = WorldSetup(config.interval_s, float(config.defer_window_s), scheduler,
+                       lever_delay_s=duration + reaction, cycle_phase_s=phase)
+    return simulate_runs(cluster, sim_jobs(jobs, submitted, real), guarded, setup)
 
 
 def _wait(check: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -245,3 +294,34 @@ def _wait(check: Callable[[], bool], timeout_s: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
         time.sleep(0.2)
+
+
+# -- saved runs: the live half is minutes, re-simulating it is instant ------------------
+
+
+def save_run(run: ReplayRun, path: Path) -> None:
+    """The live half of a run as JSON (what Slurm and the daemon did), for :func:`resimulate`
+    with a later emulation."""
+    document = {
+        "policy": run.policy, "scheduler": run.scheduler,
+        "jobs": {job_id: dataclasses.asdict(job) for job_id, job in run.jobs.items()},
+        "real": {job_id: dataclasses.asdict(r) for job_id, r in run.real.items()},
+        "cycles": run.cycles, "submitted": run.submitted,
+    }
+    path.write_text(json.dumps(document, indent=1))
+
+
+def resimulate(path: Path) -> ReplayRun:
+    """A saved run's live half, replayed again by the emulation as it is now."""
+    document = json.loads(path.read_text())
+    jobs = {job_id: MiniJob(**fields) for job_id, fields in document["jobs"].items()}
+    real = {job_id: JobRun(**{**fields, "nodes": tuple(fields["nodes"])})
+            for job_id, fields in document["real"].items()}
+    cycles = tuple((float(t), float(d)) for t, d in document["cycles"])
+    submitted = {job_id: float(t) for job_id, t in document["submitted"].items()}
+    scheduler: SlurmScheduler = "builtin" if document["scheduler"] == "builtin" else "backfill"
+    config = daemon_config_for(document["policy"], Path(tempfile.gettempdir()))
+    sim = simulate_world(jobs, submitted, real, config, scheduler, cycles)
+    over = [r.end - r.start - jobs[j].sleep_s for j, r in real.items()]
+    return ReplayRun(document["policy"], scheduler, jobs, real, sim,
+                     sum(over) / max(1, len(over)), cycles, submitted)

@@ -62,6 +62,10 @@ def test_the_scheduler_is_backfill_unless_builtin_is_asked_for(tmp_path: Path) -
     assert "SchedulerType=sched/builtin" in lines
     assert "PriorityType=priority/multifactor" in lines  # builtin honours Priority= with it
     assert "SchedulerType=sched/backfill" not in lines
+    fine = DevClusterConfig(root=tmp_path, bf_resolution_s=1)
+    params = next(line for line in _lines(render_slurm_conf(fine, hostname="box"))
+                  if line.startswith("SchedulerParameters="))
+    assert params.endswith(",bf_resolution=1")
 
 
 def test_gres_conf_points_every_gpu_at_a_placeholder_device(tmp_path: Path) -> None:
