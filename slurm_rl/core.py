@@ -276,7 +276,9 @@ class Decision:
     nodes the placement judged far too slow for it. Actuators ignore it for a placed job.
     ``migrations`` moves running, checkpointable jobs: each is requeued (it restarts from its
     last checkpoint) and pinned to the given node set, which must be free now and not given to
-    a placement of this decision.
+    a placement of this decision. ``forward`` lists the ranked jobs the fairness guard brought
+    forward (slurm_rl/fairness.py): their new place is worth more than a policy's reordering,
+    so an actuator that rations priority changes keeps the last one of a job for them.
     """
 
     policy_id: str
@@ -286,6 +288,7 @@ class Decision:
     holds: tuple[JobId, ...] = ()
     exclusions: Mapping[JobId, tuple[str, ...]] = field(default_factory=dict)
     migrations: Mapping[JobId, Placement] = field(default_factory=dict)
+    forward: tuple[JobId, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "placements", FrozenDict(self.placements))

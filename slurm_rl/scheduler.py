@@ -92,8 +92,10 @@ class Scheduler:
         ranking = tuple(map(_job_id, jobs))
         placements = self._place(snapshot, jobs, free)
         exclusions = self._exclusions(snapshot, jobs, placements)
+        forward = self.last_reranking.brought_forward if self.last_reranking else ()
         return Decision(self.policy_id, ranking, placements, tuple(scores[order].tolist()),
-                        exclusions=exclusions, migrations=self._moves(snapshot, free))
+                        exclusions=exclusions, migrations=self._moves(snapshot, free),
+                        forward=tuple(j.job_id for j in jobs if j.user in forward))
 
     def _rank(self, snapshot: ClusterSnapshot, scores: np.ndarray) -> list[int]:
         """The pending jobs to release (indices), best first: the policy's order after the

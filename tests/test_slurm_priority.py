@@ -10,7 +10,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_rl.core import Decision
+from slurm_rl.core import Decision, Placement
 from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.priority import (
@@ -131,6 +131,38 @@ def test_a_policy_reversing_its_ranking_every_cycle_is_held_to_the_hourly_rate()
     assert sent and max(sent.values()) <= 2
 
 
+def test_the_last_change_of_the_hour_is_kept_for_a_job_the_guard_brings_forward() -> None:
+    """Two changes an hour: a policy's reordering gets the first (the release), the second is
+    kept for the fairness guard. A job the decision brings forward gets it; the others keep
+    their place however the ranking flips."""
+    runner = recorded_cluster("22.05")
+    runner.default = CommandResult((), 0, "", "")
+    doc = json.loads(fixture_text("22.05", "squeue.json"))
+    clock = [1795970565.0]
+    source = SlurmSource(CliSlurmClient(runner=runner), clock=lambda: clock[0])
+    limits = PriorityLimits(tolerance_ranks=0, updates_per_job_hour=2, per_cycle=200)
+    actuator = SlurmActuator(CliSlurmClient(runner=runner),
+                             ActuatorConfig(mode=Mode.ADVISE, priority_limits=limits),
+                             source=source, clock=lambda: clock[0])
+    sent: Counter[str] = Counter()
+    last = ""
+    for cycle in range(6):
+        pending = [job.job_id for job in source.snapshot().pending]
+        last = pending[-1]
+        ranking = tuple(pending if cycle % 2 else reversed(pending))
+        forward = (last,) if cycle == 5 else ()
+        if forward:
+            ranking = (last, *[j for j in pending if j != last])
+        for outcome in actuator.apply(Decision("flip", ranking, forward=forward)).outcomes:
+            if outcome.sent and any(arg.startswith("Priority=") for arg in outcome.argv):
+                sent[outcome.job_id] += 1
+                _show_priority(doc, outcome.job_id, outcome.argv)
+        runner.answer(("squeue", "--json"), json.dumps(doc))
+        clock[0] += 5.0
+    assert len(pending) == 2 and sent[last] == 2
+    assert all(count == 1 for job, count in sent.items() if job != last)
+
+
 def _show_priority(doc: dict[str, object], job_id: str, argv: tuple[str, ...]) -> None:
     """What Slurm shows after the update: the job holds the priority sent."""
     value = next(int(a.split("=", 1)[1]) for a in argv if a.startswith("Priority="))
@@ -158,3 +190,22 @@ def test_one_job_moved_anywhere_is_the_only_change(size: int, data: st.DataObjec
     assert values == sorted(values, reverse=True) and len(set(values)) == size
     arrival = assign_priorities([*rest[:size // 2], "new", *rest[size // 2:]], got, FLOOR)
     assert {job for job in arrival if arrival[job] != got.get(job)} == {"new"}
+
+
+def test_a_job_pinned_now_goes_above_the_unplaced_jobs_ranked_before_it() -> None:
+    """Ranked second but pinned to free GPUs, job 10 gets the higher priority: below job 3
+    Slurm's backfill would keep it waiting for job 3's reservation."""
+    runner = recorded_cluster("22.05")
+    runner.default = CommandResult((), 0, "", "")
+    source = SlurmSource(CliSlurmClient(runner=runner), clock=lambda: 1795970565.0)
+    actuator = SlurmActuator(CliSlurmClient(runner=runner), ActuatorConfig(mode=Mode.ENFORCE),
+                             source=source, clock=lambda: 1795970565.0)
+    pending = [job.job_id for job in source.snapshot().pending]
+    assert pending == ["3", "10"]
+    node = source.snapshot().cluster.nodes[0].name
+    report = actuator.apply(Decision("p", ("3", "10"), {"10": Placement((node,), (1,))}))
+    sent = {o.job_id: int(a.split("=", 1)[1]) for o in report.outcomes for a in o.argv
+            if a.startswith("Priority=")}
+    jobs = json.loads(fixture_text("22.05", "squeue.json"))["jobs"]
+    held = {str(job["job_id"]): job["priority"] for job in jobs}
+    assert sent["10"] > sent.get("3", held["3"])

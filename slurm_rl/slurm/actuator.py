@@ -157,7 +157,8 @@ class SlurmActuator:
         waiting = self._pinned_waiting(state)
         planned = plan(decision, state, self.config, self._deferred_by_us,
                        self.exclusions.values, self.pins.values,
-                       self._may_reprioritize(state))
+                       self._may_reprioritize(state, frozenset(decision.forward)
+                                              | frozenset(decision.placements)))
         outcomes = dict(planned.outcomes)
         commands: list[CommandResult] = []
         entries = self._write_ahead(planned.updates, decision.policy_id, state)
@@ -353,8 +354,14 @@ class SlurmActuator:
         if "Priority" in fields:
             self._priority_sent.setdefault(outcome.job_id, []).append(now)
 
-    def _may_reprioritize(self, state: SlurmState) -> Callable[[str], bool]:
-        """Whether a job is still under its hourly number of priority changes."""
+    def _may_reprioritize(self, state: SlurmState, urgent: frozenset[str] = frozenset()
+                          ) -> Callable[[str], bool]:
+        """Whether a job is still under its hourly number of priority changes. With two or
+        more an hour, the last is kept for an ``urgent`` job — one the fairness guard brings
+        forward, or one placed now (its priority must go above the unplaced jobs, see
+        :func:`~slurm_rl.slurm.plan.placed_first`): a policy that reorders its queue every
+        cycle would otherwise spend every job's changes within seconds of its release, and
+        Slurm would keep a starved job where it was."""
         limit = self.config.priority_limits.updates_per_job_hour
         since = state.time - HOUR_S
         if self._priority_recall is not None and limit is not None:
@@ -369,7 +376,9 @@ class SlurmActuator:
                                and (kept := [t for t in times if t > since])}
         if limit is None:
             return lambda _job: True
-        return lambda job: len(self._priority_sent.get(job, ())) < limit
+        reordering = limit - 1 if limit >= 2 else limit
+        return lambda job: len(self._priority_sent.get(job, ())) < (
+            limit if job in urgent else reordering)
 
     def _pinned_waiting(self, state: SlurmState) -> tuple[tuple[str, float, str], ...]:
         """Pending jobs holding a pin of this daemon's, with how long they have held it

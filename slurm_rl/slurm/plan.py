@@ -9,7 +9,7 @@ import enum
 import math
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from ClusterShell.NodeSet import NodeSet
@@ -233,6 +233,10 @@ def plan(
     ranked = [pending[job_id] for job_id in decision.ranking if job_id in pending]
     extra = _placing_fields(decision, ranked, state, memory, planned.notes,
                             config.one_gpu_type) if placing else {}
+    if placing:
+        ranked = placed_first(ranked, {job_id for job_id in decision.placements
+                                       if PIN in extra.get(job_id, {})
+                                       or job_id in memory.pinned})
     _release_updates(ranked, extra, state.time, config, memory, planned)
     if placing:
         # Jobs no longer released keep no exclusion of ours (cleared with a deferral, if any).
@@ -245,6 +249,19 @@ def plan(
             planned.updates.append(Update("unexclude", (job_id,), ((EXC, ""),)))
     planned.updates = _merge(planned.updates)
     return planned
+
+
+def placed_first(ranked: Sequence[SlurmJob], pinned: Collection[str]) -> list[SlurmJob]:
+    """The released jobs in the order their priorities should hold: the jobs the decision
+    pins (a new pin, or one of ours they hold) first, then the others, each in ranking
+    order. A pinned job is to start now on GPUs that are free; below an unplaced
+    higher-ranked job, Slurm's backfill keeps it waiting for that job's reservation
+    (measured live: pinned jobs idle up to 121 s with Reason Priority), and the daemon's
+    decision to start it now would not hold."""
+    if not pinned:
+        return list(ranked)
+    return ([job for job in ranked if job.job_id in pinned]
+            + [job for job in ranked if job.job_id not in pinned])
 
 
 def _placing_fields(

@@ -30,6 +30,7 @@ The rules, one per check:
 
 from __future__ import annotations
 
+import csv
 import re
 import shutil
 import sqlite3
@@ -427,11 +428,27 @@ def _pick(ordered: Sequence[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * (len(ordered) - 1) + 0.5))]
 
 
-def save_witnesses(run: LoadRun, target: Path) -> None:
-    """slurmctld's and the daemon's logs beside the figures (a failed check's evidence)."""
+def save_witnesses(run: LoadRun, evidence: Evidence, target: Path) -> None:
+    """slurmctld's and the daemon's logs beside the figures (a failed check's evidence), and
+    ``jobs.csv``: each job's request, sacct's times and whether it ran where the daemon
+    pinned it last (who waited, and why, without a cluster to ask)."""
     target.mkdir(parents=True, exist_ok=True)
     shutil.copy(run.cluster.root / "log" / "slurmctld.log", target / "slurmctld.log")
     shutil.copy(run.daemon.log, target / run.daemon.log.name)
+    pinned: dict[str, str] = {}
+    for row in evidence.stored:
+        if row.action == "place" and row.nodes:
+            pinned[row.job_id] = row.nodes
+    with open(target / "jobs.csv", "w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(["job", "user", "gpus", "kind", "sleep_s", "submit", "start", "end",
+                         "nodes", "pinned"])
+        for job_id, spec in sorted(run.jobs.items(), key=lambda item: int(item[0])):
+            acct = evidence.accounted.get(job_id)
+            times = (acct.submit, acct.start, acct.end) if acct else (None, None, None)
+            nodes = ",".join(sorted(acct.nodes)) if acct else ""
+            writer.writerow([job_id, spec.user, spec.gpus, spec.kind, spec.sleep_s, *times,
+                             nodes, pinned.get(job_id, "")])
 
 
 @dataclass
@@ -454,7 +471,7 @@ def measure(plan: LoadPlan, policy: str, scratch: Path, drain_timeout_s: float,
         run = load.run_load(cluster, plan, policy, drain_timeout_s)
         evidence = gather(run, scratch)
         if keep is not None:
-            save_witnesses(run, keep / policy.replace("+", "-"))
+            save_witnesses(run, evidence, keep / policy.replace("+", "-"))
         stopping = time.monotonic()
     measured = Measured(run, evidence, evaluate(evidence), up_s)
     measured.down_s = time.monotonic() - stopping
