@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from slurm_rl import __version__
+from slurm_rl.agents.names import names_help
 from slurm_rl.cli_options import (
     FiniteFloat,
     WritableDir,
@@ -92,7 +93,8 @@ def main() -> None:
               help="Replay this many days before the window too, unmeasured, so the cluster is "
                    "busy when measuring starts [default: 3 for synthetic, else 0].")
 @click.option("--policies", default=None,
-              help="Comma-separated ordering+placement names; default: all baselines.")
+              help=f"Comma-separated <ordering>+<placement> names ({names_help()}); default: "
+                   "all baselines.")
 @click.option("--mode", type=click.Choice(["direct", "slurm"]), default="slurm",
               show_default=True, help="direct: the policy starts jobs; slurm: only Slurm's levers.")
 @click.option("--cycle", "cycle_s", default=10.0, show_default=True,

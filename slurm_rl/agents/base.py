@@ -8,7 +8,8 @@ and one decision method. Neither may know which world it runs in.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -47,6 +48,17 @@ class PlacementPolicy(Protocol):
         """A placement using only ``free_gpus`` (indexed like ``snapshot.cluster.nodes``),
         satisfying the job's shape and GPU-type constraint, or ``None`` if none fits now."""
         ...
+
+
+@dataclass(frozen=True)
+class PlacementContext:
+    """What any placement is built from, so that one signature builds them all
+    (:mod:`slurm_rl.agents.names`): the datasheet-like speed per GPU type, the seed of a
+    randomised one, and λ for those that price fees (None: their own default)."""
+
+    gpu_speed: Mapping[str, float]
+    seed: int = 0
+    fee_weight: float | None = None
 
 
 @runtime_checkable

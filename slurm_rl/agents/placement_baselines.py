@@ -1,13 +1,17 @@
 """Heuristic placement policies: first-fit, best-fit (consolidated), random, fastest-GPU first,
 cheapest-GPU first. Each is only an order of preference over nodes; the shared node-set
-mechanics (:mod:`slurm_rl.agents.nodesets`) turn it into a gang placement."""
+mechanics (:mod:`slurm_rl.agents.nodesets`) turn it into a gang placement.
+
+:data:`HEURISTICS` names them; the policy-name table (:mod:`slurm_rl.agents.names`) reads it,
+so a new heuristic is its class and one line in it (CONTRIBUTING.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from slurm_rl.agents.base import PlacementContext, PlacementPolicy
 from slurm_rl.agents.nodesets import place_in_order
 from slurm_rl.core import Cluster, ClusterSnapshot, Job, Placement
 
@@ -93,3 +97,15 @@ class CheapestGpuFirst(_ByNodeValue):
 
     def node_value(self, cluster: Cluster, index: int) -> float:
         return cluster.nodes[index].price_per_gpu_hour
+
+
+#: The heuristic placements by name, in the order reports list them, each built from a
+#: :class:`~slurm_rl.agents.base.PlacementContext`. Every comparison replays them as baselines
+#: (``slurm-rl simulate``'s default, ``slurm-rl evaluate``) and the daemon accepts them.
+HEURISTICS: dict[str, Callable[[PlacementContext], PlacementPolicy]] = {
+    FirstFit.name: lambda _: FirstFit(),
+    BestFit.name: lambda _: BestFit(),
+    RandomFit.name: lambda context: RandomFit(context.seed),
+    FastestGpuFirst.name: lambda context: FastestGpuFirst(context.gpu_speed),
+    CheapestGpuFirst.name: lambda _: CheapestGpuFirst(),
+}

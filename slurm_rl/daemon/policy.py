@@ -14,16 +14,16 @@ import functools
 from collections.abc import Mapping
 from pathlib import Path
 
-from slurm_rl.agents.registry import ORDERING, make_scheduler, placement_factories, with_rules
-from slurm_rl.errors import SlurmRLError, UnknownNameError
+from slurm_rl.agents.names import is_learned, parse
+from slurm_rl.agents.registry import make_scheduler, with_rules
+from slurm_rl.errors import SlurmRLError
 from slurm_rl.fairness import RankingRules
 from slurm_rl.scheduler import Scheduler
 
-LEARNED_ORDERING = ("rl", "rl-nocomm")
-LEARNED_PLACEMENT = "rl"
+__all__ = ["FALLBACK_POLICY", "PolicyBundleError", "check_name", "gpu_speeds", "is_learned",
+           "make_policy"]
+
 FALLBACK_POLICY = "qssf+fastest-gpu"
-# Orderings that need what only a trace knows: the simulator's reference, never a live policy.
-SIMULATOR_ONLY_ORDERINGS = ("sjf-oracle",)
 
 
 class PolicyBundleError(SlurmRLError):
@@ -38,35 +38,11 @@ def gpu_speeds() -> Mapping[str, float]:
     return dict(datasheet_gpu_speeds())
 
 
-def is_learned(name: str) -> bool:
-    ordering, _, placement = name.partition("+")
-    return ordering in LEARNED_ORDERING or placement == LEARNED_PLACEMENT
-
-
-def _check_learned_name(name: str) -> None:
-    ordering, _, placement = name.partition("+")
-    placements = [*placement_factories({}), LEARNED_PLACEMENT]
-    if ordering not in (*ORDERING, *LEARNED_ORDERING):
-        raise UnknownNameError("ordering policy", ordering, [*ORDERING, *LEARNED_ORDERING])
-    if placement not in placements:
-        raise UnknownNameError("placement policy", placement, placements)
-    if ordering == "rl-nocomm" and placement != LEARNED_PLACEMENT:
-        raise UnknownNameError("policy", name, ["rl-nocomm+rl"])
-
-
 def check_name(name: str) -> None:
-    """:class:`UnknownNameError` for a name no live policy has; builds nothing (a config is
-    read on every reload, and ``rwgp`` would import torch)."""
-    ordering, sep, _ = name.partition("+")
-    if ordering in SIMULATOR_ONLY_ORDERINGS:
-        raise SlurmRLError(f"{ordering} orders jobs by their true run times, which only a "
-                           "trace has (live it would be FIFO); use qssf, multifactor or rl")
-    if not sep:
-        raise UnknownNameError("policy", name, ["<ordering>+<placement>, e.g. fifo+best-fit"])
-    if ordering not in (*ORDERING, *LEARNED_ORDERING):
-        live = [o for o in (*ORDERING, *LEARNED_ORDERING) if o not in SIMULATOR_ONLY_ORDERINGS]
-        raise UnknownNameError("ordering policy", ordering, live)
-    _check_learned_name(name)
+    """:class:`~slurm_rl.errors.UnknownNameError` for a name no live policy has (an oracle
+    ordering is refused too); builds nothing (a config is read on every reload, and ``rwgp``
+    would import torch)."""
+    parse(name, live=True)
 
 
 def make_policy(name: str, *, seed: int = 0, bundle: Path | None = None,
@@ -76,7 +52,6 @@ def make_policy(name: str, *, seed: int = 0, bundle: Path | None = None,
     policy."""
     if not is_learned(name):
         return make_scheduler(name, gpu_speeds(), seed=seed, rules=rules)
-    _check_learned_name(name)
     from slurm_rl.agents.ordering.agent import BundleError, registry_scheduler
 
     try:

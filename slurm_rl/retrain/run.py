@@ -23,6 +23,7 @@ from sqlalchemy import select, text, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from slurm_rl.agents.names import is_learned
 from slurm_rl.errors import SlurmRLError
 from slurm_rl.retrain.calibrate import Calibration, calibrate
 from slurm_rl.retrain.finetune import FinetuneSettings, finetune
@@ -132,7 +133,7 @@ def current_policy(registry: ModelRegistry,
     """The active version, or the daemon's configured policy when none is active."""
     active = registry.active()
     if active is None:
-        bundle = settings.policy_bundle if "rl" in settings.policy.split("+") else None
+        bundle = settings.policy_bundle if is_learned(settings.policy) else None
         return PolicyRef(settings.policy, bundle, f"{settings.policy} (configured)"), None
     bundle = registry.materialize(active.version, settings.cache_dir) if active.has_bundle \
         else None

@@ -33,6 +33,13 @@ import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import Tensor
 
+from slurm_rl.agents.names import (
+    baseline_placements,
+    ordering_of,
+    policy_name,
+    realisable_orderings,
+    reference_orderings,
+)
 from slurm_rl.agents.ordering.agent import (
     Bundle,
     Variant,
@@ -41,13 +48,12 @@ from slurm_rl.agents.ordering.agent import (
     network_config,
 )
 from slurm_rl.agents.ordering.network import DualNetwork, NetworkConfig
-from slurm_rl.agents.registry import REALISABLE_ORDERING, make_scheduler
+from slurm_rl.agents.registry import make_scheduler
 from slurm_rl.report import write_report
 from slurm_rl.scenario import ReplayResult, Scenario, replay
 from slurm_rl.scheduler import Scheduler
 
-PLACEMENTS = ("first-fit", "best-fit", "random", "fastest-gpu", "cheapest-gpu")
-REFERENCE = "sjf-oracle"
+PLACEMENTS = tuple(baseline_placements())
 JCT_TARGET = 0.15
 HOUR = 3600.0
 
@@ -121,8 +127,9 @@ def _wait(futures: list[Future[ReplayResult]], progress: bool) -> None:
 
 def evaluation_specs(bundle: str, *, placements: Sequence[str] = PLACEMENTS,
                      ablations: bool = True, no_comm_bundle: str | None = None) -> list[PolicySpec]:
-    orderings = (*REALISABLE_ORDERING, REFERENCE)
-    specs = [PolicySpec(f"{o}+{p}", baseline=f"{o}+{p}") for o in orderings for p in placements]
+    orderings = (*realisable_orderings(), *reference_orderings())
+    baselines = [policy_name(o, p) for o in orderings for p in placements]
+    specs = [PolicySpec(name, baseline=name) for name in baselines]
     specs.append(PolicySpec("dual-agent", variant="dual", bundle=bundle))
     if ablations:
         specs += [
@@ -164,7 +171,7 @@ def by_policy(results: Sequence[Sequence[ReplayResult]]) -> list[PolicyRuns]:
 
 
 def _best(policies: Sequence[PolicyRuns], ordering: str, key: str) -> PolicyRuns | None:
-    mine = [p for p in policies if p.policy_id.split("+")[0] == ordering]
+    mine = [p for p in policies if ordering_of(p.policy_id) == ordering]
     if not mine:
         return None
     return min(mine, key=attrgetter("fees" if key == "fees" else "jct_s"))
@@ -188,7 +195,7 @@ def verdict(policies: Sequence[PolicyRuns]) -> dict[str, Any]:
     as a stricter check."""
     agent = next((p for p in policies if p.policy_id == "dual-agent"), None)
     rows: list[dict[str, Any]] = []
-    for ordering in REALISABLE_ORDERING:
+    for ordering in realisable_orderings():
         best, cheapest = _best(policies, ordering, "jct"), _best(policies, ordering, "fees")
         if agent is None or best is None or cheapest is None:
             continue

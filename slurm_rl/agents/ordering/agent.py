@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from slurm_rl import __version__
-from slurm_rl.agents.base import OrderingPolicy, PlacementPolicy, Scores
+from slurm_rl.agents.base import OrderingPolicy, PlacementContext, PlacementPolicy, Scores
+from slurm_rl.agents.names import naming_help, parse
 from slurm_rl.agents.ordering.candidates import CANDIDATE_FEATURES, CandidateGenerator
 from slurm_rl.agents.ordering.features import (
     CLUSTER_FEATURES,
@@ -57,7 +58,6 @@ CHOOSERS = ("rwgp-excluding", "rwgp", "best-fit")
 # ``starvation_h`` overrides it per bundle; 0 turns the guard off). Chosen on Philly
 # September-November (docs/ordering-agent.md, "Starvation guard").
 STARVATION_H = 168.0
-LEARNED_ORDERING = ("rl", "rl-nocomm")
 
 
 class BundleError(SlurmRLError):
@@ -409,23 +409,19 @@ def _agent_name(variant: Variant) -> str:
 def registry_scheduler(
     name: str, gpu_speed: Mapping[str, float], *, seed: int = 0, bundle_path: Path | None = None
 ) -> Scheduler:
-    """Named policies with the shipped bundle, for the policy registry: ``rl+rl`` (the dual
-    agent), ``rl-nocomm+rl``, ``rl+<placement>`` (learned ordering, heuristic placement) and
-    ``<ordering>+rl`` (heuristic ordering, learned placement)."""
-    from slurm_rl.agents.registry import ORDERING, placement_factories
-
-    ordering_name, _, placement_name = name.partition("+")
-    placements = placement_factories(gpu_speed, seed)
-    if ordering_name not in (*ORDERING, *LEARNED_ORDERING):
-        raise UnknownNameError("ordering policy", ordering_name, [*ORDERING, *LEARNED_ORDERING])
-    if placement_name not in (*placements, "rl"):
-        raise UnknownNameError("placement policy", placement_name, [*placements, "rl"])
+    """Learned names (:mod:`slurm_rl.agents.names`) with the shipped bundle: ``rl+rl`` (the
+    dual agent), ``rl-nocomm+rl``, ``rl+<placement>`` (learned ordering, heuristic placement)
+    and ``<ordering>+rl`` (heuristic ordering, learned placement)."""
+    policy = parse(name)
+    if not policy.learned:
+        raise UnknownNameError("learned policy", name, [naming_help()])
     bundle = load_bundle(bundle_path or default_bundle_path())
-    if ordering_name in LEARNED_ORDERING and placement_name == "rl":
-        variant: Variant = "dual" if ordering_name == "rl" else "no-communication"
+    ordering, placement = policy.ordering, policy.placement
+    if ordering.learned and placement.learned:
+        variant: Variant = "dual" if ordering.communicates else "no-communication"
         return build_scheduler(bundle, gpu_speed, variant=variant)
-    if ordering_name in LEARNED_ORDERING:
+    if ordering.learned:
         return build_scheduler(bundle, gpu_speed, variant="ordering-only",
-                               baseline_placement=placements[placement_name]())
+                               baseline_placement=placement.make(PlacementContext(gpu_speed, seed)))
     return build_scheduler(bundle, gpu_speed, variant="placement-only",
-                           baseline_ordering=ORDERING[ordering_name]())
+                           baseline_ordering=ordering.make())
