@@ -72,3 +72,14 @@ def test_a_released_untyped_gang_runs_on_one_gpu_type() -> None:
     one_node = _job("s", 2, 1, None, 60.0)  # -N 1: no constraint (it cannot span types)
     state.set_levers(("s",), {})
     assert next(state.queue({"s": one_node}, 0.0)).one_of == ()
+
+
+def test_the_daemons_pinned_jobs_come_first_in_priority() -> None:
+    """The actuator gives the jobs it pins the top priorities, in ranking order, then the
+    other released jobs (slurm_rl/slurm/plan.py, placed_first); a pin persists and counts."""
+    state = SlurmJobState()
+    pending = {j: _job(j, 1, 1, None, 60.0) for j in ("a", "b", "c")}
+    state.set_levers(("a", "b", "c"), {"c": Placement(("n2",), (1,))})
+    assert [q.job.job_id for q in state.queue(pending, 0.0)] == ["c", "a", "b"]
+    state.set_levers(("a", "b", "c"), {"b": Placement(("n3",), (1,))})
+    assert [q.job.job_id for q in state.queue(pending, 0.0)] == ["b", "c", "a"]

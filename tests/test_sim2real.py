@@ -66,10 +66,10 @@ def test_a_job_the_replay_did_not_finish_is_unmatched() -> None:
 
 def test_the_simulated_side_starts_jobs_as_worked_out_by_hand() -> None:
     """Two nodes of 4 GPUs, limits 60 s, decisions every 2 s. Job 1 (4 GPUs, 30 s) starts
-    on n1 at 0; job 2 (both nodes) waits for it and gets the backfill reservation at 60 (job
-    1's limit end) on n1 and n2. Job 3 (4 GPUs, 10 s) comes at 1 and the policy pins it to
-    the free n2, but its limit ends at 61, after the reservation, on a reserved node: it
-    waits. Job 1 ends at 30, job 2 runs 30-40, then job 3 on n2, where it is still pinned."""
+    on n1 at 0; job 2 (both nodes) waits for it. Job 3 (4 GPUs, 10 s) comes at 1; at the
+    decision at 2 the policy pins it to the free n2, and the daemon gives a job it pins the
+    top priority (plan.placed_first), so it starts at 2, ahead of job 2's plan. Job 1 ends at
+    30 and job 2 runs 30-40."""
     cluster = dev_cluster("two", [("n1", "a100", 4), ("n2", "a100", 4)])
     jobs = [
         Job("1", 0.0, 4, num_nodes=1, gpus_per_node=4, time_limit=60.0, oracle_duration=30.0),
@@ -79,5 +79,5 @@ def test_the_simulated_side_starts_jobs_as_worked_out_by_hand() -> None:
     policy = make_policy("fifo+best-fit")
     runs = simulate_runs(cluster, jobs, policy, WorldSetup(2.0, 6.0, "backfill"))
     assert {j: (r.start, r.end, r.nodes) for j, r in runs.items()} == {
-        "1": (0.0, 30.0, ("n1",)), "2": (30.0, 40.0, ("n1", "n2")), "3": (40.0, 50.0, ("n2",)),
+        "1": (0.0, 30.0, ("n1",)), "2": (30.0, 40.0, ("n1", "n2")), "3": (2.0, 12.0, ("n2",)),
     }

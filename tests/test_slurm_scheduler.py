@@ -2,23 +2,24 @@
 to work out by hand (docs/slurm-emulation.md).
 
 Two nodes of 4 T4 GPUs; the trace's durations are V100 seconds, so the measured model would
-run them slower on T4 and ``fixed`` is what keeps them exact. ``fifo+best-fit``, decisions
-every 10 s from t = 0:
+run them slower on T4 and ``fixed`` is what keeps them exact. ``fifo+best-fit`` decides at
+t = 0 and then only every 300 s, so j2 and j3 are left to Slurm when their 30 s deferral
+ends (the daemon pins a job that fits now and gives it the top priority, which would hide
+the schedulers' difference):
 
-==== ====== ===== ===== ======================================================
+==== ====== ===== ===== =====================================================
 job  submit GPUs  run   what happens
-==== ====== ===== ===== ======================================================
-j1   0      4     100   fits: pinned to t4-001 and started at 0, ends at 100
-j2   10     8     50    needs both nodes: waits for j1, first in priority
-j3   20     4     30    fits t4-002 now: pinned there by the policy
-==== ====== ===== ===== ======================================================
+==== ====== ===== ===== =====================================================
+j1   0      4     100   fits: pinned to t4-001 at 0, ends at 100
+j2   10     8     50    eligible at 40, needs both nodes: waits for j1
+j3   20     4     30    eligible at 50, after j2 in priority; t4-002 is free
+==== ====== ===== ===== =====================================================
 
-* ``backfill``: j2's reservation starts at 100 (j1's limit); j3 ends at 50, before it, so
-  it is backfilled at 20. j2 runs 100-150. JCTs 100, 140, 30: mean 90.
-* ``builtin``: j2 cannot start, and blocks the partition: j3 waits although its pinned node
-  is free. j2 runs 100-150, then j3 150-180 on t4-002: its pin stays (while j2 runs the
-  policy places it nowhere, and the daemon never clears a ReqNodeList it set). JCTs 100,
-  140, 160: mean 133.3.
+* ``backfill``: j2 is planned at 100 (j1's limit) on both nodes; j3 ends at 80, before
+  it, so it starts at 50 on t4-002. j2 runs 100-150. JCTs 100, 140, 60: mean 100.
+* ``builtin``: j2 cannot start and blocks the partition; j3 waits although t4-002 is
+  free. j2 runs 100-150, then j3 150-180 on t4-001 (first fit). JCTs 100, 140, 160: mean
+  133.3.
 """
 
 from __future__ import annotations
@@ -57,11 +58,12 @@ j3,20,4,30,30,1,4
 """
 BY_HAND: dict[str, dict[str, tuple[float, float, tuple[str, ...]]]] = {
     "backfill": {"j1": (0, 100, ("t4-001",)), "j2": (100, 150, ("t4-001", "t4-002")),
-                 "j3": (20, 50, ("t4-002",))},
+                 "j3": (50, 80, ("t4-002",))},
     "builtin": {"j1": (0, 100, ("t4-001",)), "j2": (100, 150, ("t4-001", "t4-002")),
-                "j3": (150, 180, ("t4-002",))},
+                "j3": (150, 180, ("t4-001",))},
 }
-MEAN_JCT = {"backfill": 90.0, "builtin": 400.0 / 3}
+MEAN_JCT = {"backfill": 100.0, "builtin": 400.0 / 3}
+CYCLE_S = 300.0
 
 
 @pytest.fixture
@@ -78,7 +80,7 @@ def test_the_schedule_is_the_one_worked_out_by_hand(
 ) -> None:
     cluster, trace = files
     scenario = Scenario(spec=load_cluster_spec(str(cluster)), trace=read_schema_csv(trace),
-                        sim=SimConfig(mode="slurm", cycle_s=10.0, slurm_scheduler=scheduler),
+                        sim=SimConfig(mode="slurm", cycle_s=CYCLE_S, slurm_scheduler=scheduler),
                         performance="fixed")
     policy = make_scheduler("fifo+best-fit", gpu_speed_table(), seed=0)
     result = replay(scenario, policy, policy_id="fifo+best-fit")
@@ -105,7 +107,7 @@ def test_the_command_line_gives_the_same_schedule(
     result = CliRunner().invoke(main, [
         "simulate", "--cluster", str(cluster), "--trace", str(trace), "--policies",
         "fifo+best-fit", "--performance", "fixed", "--slurm-scheduler", scheduler,
-        "--mode", "slurm", "--cycle", "10", "--workers", "1", "--json"])
+        "--mode", "slurm", "--cycle", str(CYCLE_S), "--workers", "1", "--json"])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output)
     assert payload["scenario"]["slurm_scheduler"] == scheduler

@@ -402,14 +402,20 @@ class SlurmJobState:
         return fitting or ()  # fits no one type: the job as it is (see docs/slurm-emulation.md)
 
     def queue(self, pending: Mapping[JobId, Job], now: float) -> Iterator[QueuedJob]:
-        """Eligible pending jobs, highest priority first (lazily: a pass stops early)."""
-        for rank, job_id in enumerate(self.ranking):
-            job = pending.get(job_id)
-            if job is not None:
-                excluded = self.exclusions.get(job_id, frozenset())
-                pin = self.pins.get(job_id)
-                one_of = self._one_of(job) if pin is None else ()
-                yield QueuedJob(job, -rank, pin, excluded, one_of)
+        """Eligible pending jobs, highest priority first (lazily: a pass stops early). The
+        daemon gives its pinned jobs the top priorities, in ranking order, then the other
+        released jobs (``slurm_rl.slurm.plan.placed_first``: a pin below an unplaced job
+        would wait for that job's reservation)."""
+        ranked = [job_id for job_id in self.ranking if job_id in pending]
+        pinned = [job_id for job_id in ranked if job_id in self.pins]
+        if pinned:
+            ranked = pinned + [job_id for job_id in ranked if job_id not in self.pins]
+        for rank, job_id in enumerate(ranked):
+            job = pending[job_id]
+            excluded = self.exclusions.get(job_id, frozenset())
+            pin = self.pins.get(job_id)
+            one_of = self._one_of(job) if pin is None else ()
+            yield QueuedJob(job, -rank, pin, excluded, one_of)
         for job_id, job in pending.items():
             if job_id not in self.released and self.eligible_at.get(job_id, 0.0) <= now:
                 yield QueuedJob(job, -math.inf, self.pins.get(job_id))

@@ -50,7 +50,9 @@ PARTITION = "gpu"
 WINDOW_S = 6  # the job_submit plugin's deferral window and the simulator's
 CYCLE_S = 2.0  # the daemon's interval_s and the simulator's cycle
 BF_RESOLUTION_S = 1  # the emulation plans to the second; Slurm's default is 60
-SLURM_REACTION_S = 0.0  # from the daemon's last scontrol call to slurmctld starting the job
+# from the daemon's last scontrol call to slurmctld starting the job: fitted on the saved
+# runs (0, 0.3, 0.6, 1 s tried; 0.6 gave the smallest median error), docs/slurm-emulation.md
+SLURM_REACTION_S = 0.5
 # (weight, nodes, GPUs per node, type): gangs that fill a node, span two, or need one type
 SHAPES: tuple[tuple[int, int, int, str | None], ...] = (
     (6, 1, 1, None), (8, 1, 2, None), (6, 1, 4, None), (3, 1, 8, None), (3, 2, 4, None),
@@ -212,6 +214,9 @@ class ReplayRun:
     overhead_s: float  # mean real run time minus sleep: Slurm's launch and end latency
     cycles: tuple[tuple[float, float], ...]  # the daemon's cycles: snapshot time, duration
     submitted: dict[str, float]  # when each sbatch ran (Slurm's submit_time is whole seconds)
+    # the daemon's stored decisions: (snapshot time, job id, action, nodes), to explain
+    # a disagreement (which pins the live daemon set, and when)
+    decisions: tuple[tuple[float, str, str, str], ...] = ()
 
     @property
     def comparison(self) -> Comparison:
@@ -232,7 +237,16 @@ def run_live(cluster: DevCluster, trace: Sequence[MiniJob], policy: str,
     sim = simulate_world(jobs, submitted, real, config, scheduler, cycles)
     over = [run.end - run.start - jobs[j].sleep_s for j, run in real.items()]
     return ReplayRun(policy, scheduler, jobs, real, sim, sum(over) / max(1, len(over)),
-                     cycles, submitted)
+                     cycles, submitted, daemon_decisions(config))
+
+
+def daemon_decisions(config: DaemonConfig) -> tuple[tuple[float, str, str, str], ...]:
+    """Every decision row the daemon stored: when, which job, what, on which nodes."""
+    query = ("SELECT c.snapshot_time, d.job_key, d.action, COALESCE(d.nodes, '') "
+             "FROM decisions d JOIN cycles c ON c.id = d.cycle_id ORDER BY d.id")
+    with contextlib.closing(sqlite3.connect(config.state_dir / STORE_FILE)) as db:
+        rows = db.execute(query).fetchall()
+    return tuple((float(t), str(key).rpartition(":")[2], str(a), str(n)) for t, key, a, n in rows)
 
 
 def daemon_cycles(config: DaemonConfig) -> tuple[tuple[float, float], ...]:
@@ -306,7 +320,7 @@ def save_run(run: ReplayRun, path: Path) -> None:
         "policy": run.policy, "scheduler": run.scheduler,
         "jobs": {job_id: dataclasses.asdict(job) for job_id, job in run.jobs.items()},
         "real": {job_id: dataclasses.asdict(r) for job_id, r in run.real.items()},
-        "cycles": run.cycles, "submitted": run.submitted,
+        "cycles": run.cycles, "submitted": run.submitted, "decisions": run.decisions,
     }
     path.write_text(json.dumps(document, indent=1))
 
@@ -323,5 +337,7 @@ def resimulate(path: Path) -> ReplayRun:
     config = daemon_config_for(document["policy"], Path(tempfile.gettempdir()))
     sim = simulate_world(jobs, submitted, real, config, scheduler, cycles)
     over = [r.end - r.start - jobs[j].sleep_s for j, r in real.items()]
+    decisions = tuple((float(t), str(j), str(a), str(n))
+                      for t, j, a, n in document.get("decisions", ()))
     return ReplayRun(document["policy"], scheduler, jobs, real, sim,
-                     sum(over) / max(1, len(over)), cycles, submitted)
+                     sum(over) / max(1, len(over)), cycles, submitted, decisions)
