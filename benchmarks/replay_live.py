@@ -13,6 +13,7 @@ other nodes, or > 5 s apart); with ``--jobs-detail`` every disagreeing job is li
     python benchmarks/replay_live.py --plan-only     # the traces, nothing started
     python benchmarks/replay_live.py --save runs/    # keep each run's live half (JSON)
     python benchmarks/replay_live.py --from runs/    # re-simulate saved runs: no Slurm
+    python benchmarks/replay_live.py --from benchmarks/replay_live_runs   # the published table
 
 Needs root and Slurm (scripts/install-slurm.sh); about 1.5 min a run.
 """
@@ -25,13 +26,22 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slurm_rl.sim2real import SUMMARY_HEADER, Comparison, job_lines, summary_line  # noqa: E402
+from slurm_rl.sim2real import (  # noqa: E402
+    SUMMARY_HEADER,
+    Comparison,
+    job_lines,
+    kind_of,
+    summary_line,
+)
 from slurm_rl.simulator.slurm_emulation import SLURM_SCHEDULERS, SlurmScheduler  # noqa: E402
+from slurm_rl.slurm.devconf import DevClusterConfig  # noqa: E402
 from tests.slurm.replay import (  # noqa: E402
+    GROUPS,
     MiniJob,
     make_trace,
     replay_cluster,
@@ -50,7 +60,8 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--save", type=Path, default=None,
                         help="write each run's live half here (JSON), for --from")
     parser.add_argument("--from", dest="saved", type=Path, default=None,
-                        help="re-simulate the runs saved in this directory; start nothing")
+                        help="re-simulate the runs saved in this directory (or this one run's "
+                             "file); start nothing")
     parser.add_argument("--jobs", type=int, default=20, help="jobs a trace")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--schedulers", default=",".join(SLURM_SCHEDULERS))
@@ -71,8 +82,8 @@ def _args() -> argparse.Namespace:
                       else list(range(1, args.traces + 1)))
     except ValueError:
         parser.error(f"--seeds: not a list of numbers: {args.seeds!r}")
-    if args.saved is not None and not args.saved.is_dir():
-        parser.error(f"--from: no such directory: {args.saved}")
+    if args.saved is not None and not args.saved.exists():
+        parser.error(f"--from: no such file or directory: {args.saved}")
     return args
 
 
@@ -112,7 +123,8 @@ def main() -> int:
 
 def _from_saved(directory: Path, detail: bool) -> int:
     results = []
-    for path in sorted(directory.glob("*.json")):
+    paths = sorted(directory.glob("*.json")) if directory.is_dir() else [directory]
+    for path in paths:
         run = resimulate(path)
         results.append((path.stem, run.comparison, run.overhead_s))
         if detail:
@@ -159,6 +171,10 @@ def _print_table(results: list[tuple[str, Comparison, float]]) -> None:
     print(f"all {len(results)} runs, {len(jobs)} jobs: identical node sets {100 * same:.1f}%, "
           f"tau min {taus[0]:.3f} median {taus[len(taus) // 2]:.3f}, "
           f"median start error {median:.1f} s")
+    types = {node.name: node.gpu_type for node in DevClusterConfig(groups=GROUPS).nodes()}
+    kinds = Counter(kind_of(row, types) for _, c, _ in results for row in c.disagreements)
+    print("disagreeing jobs: " + (", ".join(f"{k} {n}" for k, n in kinds.most_common())
+                                   or "none"))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ from slurm_rl.simulator.slurm_emulation import SlurmScheduler
 from slurm_rl.simulator.speed import FixedSpeedModel
 from slurm_rl.simulator.world import SimActuator, TraceSource
 
+TIE_S = 5.0  # a disagreement within this many seconds is timing, not a missed behaviour
+
 
 @dataclass(frozen=True, slots=True)
 class JobRun:
@@ -108,7 +110,8 @@ class Comparison:
     @property
     def disagreements(self) -> tuple[JobComparison, ...]:
         return tuple(j for j in self.jobs
-                     if not j.same_nodes or j.real_rank != j.sim_rank or abs(j.start_error) > 5)
+                     if not j.same_nodes or j.real_rank != j.sim_rank
+                     or abs(j.start_error) > TIE_S)
 
 
 def compare(real: Mapping[str, JobRun], sim: Mapping[str, JobRun]) -> Comparison:
@@ -130,6 +133,23 @@ def compare(real: Mapping[str, JobRun], sim: Mapping[str, JobRun]) -> Comparison
         p95_error_s=percentile(errors, 0.95),
         unmatched=tuple(j for j in ids if j not in sim),
     )
+
+
+def kind_of(row: JobComparison, gpu_type_of: Mapping[str, str]) -> str:
+    """What a disagreeing job is: ``node tie`` (started within TIE_S, on as many nodes of
+    the same GPU types, just not the same ones: which of two equal nodes freed first),
+    ``rank swap`` (same nodes, within TIE_S, another place in start order), ``late`` /
+    ``early`` (the simulated start is over TIE_S after / before the real one), ``agrees``."""
+    sim = row.sim
+    if sim is None:
+        return "unfinished"
+    if abs(row.start_error) > TIE_S:
+        return "late" if row.start_error > 0 else "early"
+    if not row.same_nodes:
+        types = sorted(gpu_type_of.get(n, "?") for n in row.real.nodes)
+        same_types = types == sorted(gpu_type_of.get(n, "?") for n in sim.nodes)
+        return "node tie" if same_types else "other nodes"
+    return "rank swap" if row.real_rank != row.sim_rank else "agrees"
 
 
 def kendall_tau(xs: Sequence[float], ys: Sequence[float]) -> float:

@@ -38,6 +38,7 @@ from slurm_rl.simulator.slurm_emulation import (
     RunningShape,
     SlurmJobState,
     SlurmScheduler,
+    capacity_outside,
     one_type_sizes,
     schedule_pass,
     valid_pin,
@@ -526,7 +527,7 @@ class Simulation:
             if job is None or job_id in pins:
                 continue
             excluded = frozenset(self.cluster.index(n) for n in names if self.cluster.has_node(n))
-            if _capacity_outside(job, excluded, self.cluster) >= job.num_gpus:
+            if capacity_outside(job, excluded, self.cluster) >= job.num_gpus:
                 kept[job_id] = excluded
             else:
                 self.rejected_actions += 1
@@ -576,16 +577,6 @@ class Simulation:
     def _record_timeline(self) -> None:
         busy = self._total_gpus - sum(self._free)
         self.timeline.record(self.now, len(self._pending), busy)
-
-
-def _capacity_outside(job: Job, excluded: frozenset[int], cluster: Cluster) -> int:
-    """GPUs of the job's type (any, if it names none) on nodes it is not excluded from."""
-    wanted = job.gpu_type.lower() if job.gpu_type else None
-    return sum(
-        node.gpus
-        for i, node in enumerate(cluster.nodes)
-        if i not in excluded and (wanted is None or node.gpu_type.lower() == wanted)
-    )
 
 
 def _finish_payload(payload: object) -> tuple[JobId, int]:

@@ -333,6 +333,16 @@ def one_type_sizes(cluster: Cluster, enabled: bool = True
     return tuple((t, tuple(n.gpus for n in cluster.nodes if n.gpu_type == t)) for t in types)
 
 
+def capacity_outside(job: Job, excluded: frozenset[int], cluster: Cluster) -> int:
+    """GPUs of the job's type (any, if it names none) on nodes it is not excluded from."""
+    wanted = job.gpu_type.lower() if job.gpu_type else None
+    return sum(
+        node.gpus
+        for i, node in enumerate(cluster.nodes)
+        if i not in excluded and (wanted is None or node.gpu_type.lower() == wanted)
+    )
+
+
 def _fits_sizes(job: Job, sizes: tuple[int, ...]) -> bool:
     """Whether nodes of these sizes (GPUs each) could ever hold the job's request."""
     if job.num_gpus > sum(sizes):
