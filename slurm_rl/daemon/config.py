@@ -91,9 +91,10 @@ class DaemonConfig(BaseModel):
     priority_tolerance_ranks: int = Field(default=2, ge=0, le=1_000_000)
     priority_updates_per_job_hour: int = Field(default=2, ge=1, le=3600)
     priority_updates_per_cycle: int = Field(default=200, ge=1, le=1_000_000)
-    # Fairness and --nice (docs/daemon.md, "Fairness and --nice"), for every policy: when
-    # the most-waiting user's mean wait exceeds this multiple of the users' average, the
-    # jobs of the users past it come first (0 = off; the ratio is never below 1) ...
+    # Fairness and --nice (docs/daemon.md, "Fairness and --nice"), for every policy: the
+    # bound on the most-waiting user's mean wait over the users' average (0 = off; the ratio
+    # is never below 1). The guard acts half-way there: past it, the jobs of the users past
+    # it come first, the first that does not fit with a reservation ...
     fairness_max_wait_ratio: float = Field(default=DEFAULT_MAX_WAIT_RATIO, ge=0, le=1_000_000)
     # ... counting pending jobs' waits and those of jobs started in the last this many s ...
     fairness_window_s: float = Field(default=DEFAULT_WINDOW_S, ge=0, le=30 * DAY)
