@@ -95,12 +95,12 @@ def test_each_users_jobs_keep_the_policys_relative_order(queue: Queue,
 
 @budget(300)
 @given(queues(nice=False), RULES)
-def test_without_nice_the_step_is_the_identity_while_the_bound_holds(
+def test_without_nice_the_step_is_the_identity_below_where_the_guard_acts(
     queue: Queue, rules: RankingRules
 ) -> None:
     fairness = waiting_fairness(queue.snapshot, rules.window_s)
     order, reranking = rerank(queue.snapshot, queue.policy_order, fairness, rules)
-    holds = not rules.max_wait_ratio or fairness.wait_ratio <= rules.max_wait_ratio
+    holds = not rules.act_at or fairness.wait_ratio <= rules.act_at  # the guard acts half-way
     if holds or fairness.users < 2:
         assert not guard_applies(fairness, rules)
         assert not needs_reranking(queue.snapshot, fairness, rules)
