@@ -23,8 +23,9 @@ TINY: dict[str, tuple[tuple[str, ...], str]] = {
     "load_live.py": (("--tiny", "--plan-only"), "by kind"),
     "ordering_inference.py": (("--jobs", "50", "--repeat", "2"), "median"),
     # Sim-to-real needs root, Slurm and minutes: tests/slurm/test_replay_live.py runs one
-    # short trace (marker slurm); here the traces are made and printed, nothing started.
-    "replay_live.py": (("--tiny", "--plan-only"), "trace 1: 8 jobs"),
+    # short trace (marker slurm); here one saved live run is simulated again and compared.
+    "replay_live.py": (("--from", "benchmarks/replay_live_runs/builtin-4-fifo-best-fit.json"),
+                       "identical node sets"),
     "replay_philly.py": (("--trace", "synthetic", "--cluster", "tiny", "--days", "0.2"),
                          "avg JCT"),
     "rwgp_cycle.py": (("--machines", "20", "--pending", "10", "--finished", "2",
