@@ -18,7 +18,6 @@ from slurm_rl.agents.ordering.agent import (
     load_bundle,
     masked_scores,
     network_config,
-    promote_starved,
     registry_scheduler,
     save_bundle,
 )
@@ -26,6 +25,7 @@ from slurm_rl.agents.ordering.candidates import CANDIDATE_FEATURES
 from slurm_rl.agents.ordering.messages import MESSAGE_FEATURES
 from slurm_rl.agents.ordering.network import DualNetwork
 from slurm_rl.agents.ordering.placement import LearnedPlacement
+from slurm_rl.agents.starvation import promote_starved
 from slurm_rl.core import ClusterSnapshot, Job
 from slurm_rl.errors import UnknownNameError
 from slurm_rl.loop import run_loop

@@ -32,7 +32,8 @@ def test_learned_and_fee_weight_follow_the_table(name: str, learned: bool, fee: 
 
 @pytest.mark.parametrize("name, message", [
     ("fifo", "unknown policy 'fifo'; known: <ordering>+<placement>"),
-    ("lifo+first-fit", "unknown ordering policy 'lifo'; known: fifo, multifactor, qssf, rl"),
+    ("lifo+first-fit", "unknown ordering policy 'lifo'; known: fifo, multifactor, "
+                       "multifactor-aged, qssf, qssf-aged, rl, rl-nocomm, sjf-limit"),
     ("fifo+nope", "unknown placement policy 'nope'; known: best-fit, cheapest-gpu, "
                   "fastest-gpu, first-fit, random, rl, rwgp"),
     ("rl-nocomm+best-fit", "unknown policy 'rl-nocomm+best-fit'; known: rl-nocomm+rl"),
@@ -53,15 +54,30 @@ def test_live_names_refuse_the_oracle_ordering() -> None:
 
 def test_the_lists_of_names_are_the_ones_before_the_table() -> None:
     """Pinned from the hand-written lists the table replaced (registry, evaluate)."""
-    assert baseline_names()[:8] == [
-        "fifo+first-fit", "sjf-oracle+first-fit", "qssf+first-fit", "multifactor+first-fit",
+    assert baseline_names()[:4] == [
+        "fifo+first-fit", "sjf-oracle+first-fit", "qssf+first-fit", "multifactor+first-fit"]
+    assert baseline_names()[10:14] == [
         "fifo+best-fit", "fifo+random", "fifo+fastest-gpu", "fifo+cheapest-gpu"]
     assert PLACEMENTS == ("first-fit", "best-fit", "random", "fastest-gpu", "cheapest-gpu")
-    assert names.realisable_orderings() == ["fifo", "qssf", "multifactor"]
+    assert names.realisable_orderings()[:3] == ["fifo", "qssf", "multifactor"]
     assert names.reference_orderings() == ["sjf-oracle"]
     labels = [spec.label for spec in evaluation_specs("bundle", ablations=False)]
     assert labels[:5] == [f"fifo+{p}" for p in PLACEMENTS] and labels[-1] == "dual-agent"
-    assert labels[15:20] == [f"sjf-oracle+{p}" for p in PLACEMENTS]
+    assert labels[45:50] == [f"sjf-oracle+{p}" for p in PLACEMENTS]
+
+
+def test_the_stronger_realisable_orderings_are_baselines() -> None:
+    """Issue 21: SJF on predicted durations and on time limits, and every realisable ordering
+    but FIFO (which the guard leaves as it is) with the age guard, compared everywhere."""
+    new = ["sjf-predicted", "sjf-limit", "qssf-aged", "multifactor-aged",
+           "sjf-predicted-aged", "sjf-limit-aged"]
+    assert names.realisable_orderings()[3:] == new
+    labels = {spec.label for spec in evaluation_specs("bundle", ablations=False)}
+    assert {f"{o}+{p}" for o in new for p in PLACEMENTS} <= labels
+    for ordering in new:
+        assert f"{ordering}+first-fit" in baseline_names()
+        check_name(f"{ordering}+best-fit")  # a real cluster can run it
+        assert ordering in names.names_help(live=True)
 
 
 def test_every_heuristic_name_builds_the_policy_of_that_name() -> None:

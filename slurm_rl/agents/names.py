@@ -17,7 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from slurm_rl.agents.base import OrderingPolicy, PlacementContext, PlacementPolicy
-from slurm_rl.agents.ordering_baselines import Fifo, Multifactor, Qssf, SjfOracle
+from slurm_rl.agents.ordering_baselines import (
+    AGED_SUFFIX,
+    AgeGuarded,
+    Fifo,
+    Multifactor,
+    Qssf,
+    SjfLimit,
+    SjfOracle,
+    SjfPredicted,
+)
 from slurm_rl.agents.placement_baselines import HEURISTICS
 from slurm_rl.errors import SlurmRLError, UnknownNameError
 
@@ -82,11 +91,29 @@ def _rwgp(context: PlacementContext) -> PlacementPolicy:
     return RwgpPlacement(context.gpu_speed, PlacementConfig(fee_weight=context.fee_weight))
 
 
-ORDERINGS: dict[str, OrderingEntry] = {entry.name: entry for entry in (
+def _aged(build: Callable[[], OrderingPolicy]) -> Callable[[], OrderingPolicy]:
+    """``build``'s ordering under the dual agent's age guard (``<ordering>-aged``)."""
+    return lambda: AgeGuarded(build())
+
+
+# The heuristic orderings; each realisable one but FIFO also gets an age-guarded twin (FIFO
+# already ranks the longest-waiting first: the guard would not change its order).
+_HEURISTIC_ORDERINGS = (
     OrderingEntry("fifo", Fifo),
     OrderingEntry("sjf-oracle", SjfOracle, realisable=False),
     OrderingEntry("qssf", Qssf),
     OrderingEntry("multifactor", Multifactor),
+    OrderingEntry("sjf-predicted", SjfPredicted),
+    OrderingEntry("sjf-limit", SjfLimit),
+)
+_AGED_ORDERINGS = tuple(
+    OrderingEntry(f"{entry.name}{AGED_SUFFIX}", _aged(entry.build))
+    for entry in _HEURISTIC_ORDERINGS
+    if entry.build is not None and entry.realisable and entry.build is not Fifo)
+
+ORDERINGS: dict[str, OrderingEntry] = {entry.name: entry for entry in (
+    *_HEURISTIC_ORDERINGS,
+    *_AGED_ORDERINGS,
     OrderingEntry("rl"),  # the dual agent's ordering
     OrderingEntry("rl-nocomm", communicates=False),  # its no-communication ablation
 )}

@@ -1,5 +1,6 @@
-"""Heuristic ordering policies: FIFO, SJF with oracle durations, QSSF (Helios) and Slurm's
-multifactor priority. Higher score = released first."""
+"""Heuristic ordering policies: FIFO, SJF with oracle durations, SJF on predicted durations,
+SJF on time limits, QSSF (Helios), Slurm's multifactor priority, and any of them with the age
+guard. Higher score = released first; docs/orderings.md gives each rule."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ from statistics import median
 
 import numpy as np
 
-from slurm_rl.agents.base import Scores
+from slurm_rl.agents.base import OrderingPolicy, Scores
+from slurm_rl.agents.starvation import STARVATION_S, promote_starved
 from slurm_rl.core import ClusterSnapshot, Job
+
+#: The name of an ordering's age-guarded twin: ``<ordering>-aged``.
+AGED_SUFFIX = "-aged"
 
 
 class Fifo:
@@ -45,16 +50,12 @@ def account_of(job: Job) -> str:
     return job.user or job.partition or "-"
 
 
-class Qssf:
-    """Quasi-shortest-service-first (Hu et al., SC '21): priority by predicted GPU-time.
-
-    Helios predicts a job's duration from the history of similar jobs; ours is the median
-    run time of the same account's last ``history`` finished jobs of the same GPU count, then of
-    any size, then of the whole cluster, then ``default_duration_s``. It learns only from
-    finished jobs in the snapshots, as a real cluster would.
-    """
-
-    name = "qssf"
+class DurationPredictor:
+    """A job's run time predicted from the history of finished jobs, as Helios' QSSF does
+    (Hu et al., SC '21): the median run time of the same account's last ``history`` finished
+    jobs of the same GPU count, then of any size, then of the whole cluster's last
+    ``10 · history``, then ``default_duration_s``. It learns only from the finished jobs in
+    the snapshots, as a real cluster would."""
 
     def __init__(self, history: int = 20, default_duration_s: float = 3600.0) -> None:
         self._history = history
@@ -91,8 +92,76 @@ class Qssf:
                 return float(median(history))
         return self._default
 
+
+class Qssf:
+    """Quasi-shortest-service-first (Hu et al., SC '21): priority by predicted GPU-time,
+    score ``−gpus_j · d̂_j`` with ``d̂_j`` the :class:`DurationPredictor`'s run time."""
+
+    name = "qssf"
+
+    def __init__(self, history: int = 20, default_duration_s: float = 3600.0) -> None:
+        self._predictor = DurationPredictor(history, default_duration_s)
+
+    def observe(self, snapshot: ClusterSnapshot) -> None:
+        self._predictor.observe(snapshot)
+
+    def predicted_duration(self, job: Job) -> float:
+        return self._predictor.predicted_duration(job)
+
     def score(self, snapshot: ClusterSnapshot) -> Scores:
         return [-job.num_gpus * self.predicted_duration(job) for job in snapshot.pending]
+
+
+class SjfPredicted:
+    """Shortest job first on the *predicted* run time: score ``−d̂_j``, the
+    :class:`DurationPredictor`'s (QSSF's) prediction from the user's history, without QSSF's
+    weighting by GPU count. Ties (every job of one account and size predicts alike) go to the
+    earlier submit."""
+
+    name = "sjf-predicted"
+
+    def __init__(self, history: int = 20, default_duration_s: float = 3600.0) -> None:
+        self._predictor = DurationPredictor(history, default_duration_s)
+
+    def observe(self, snapshot: ClusterSnapshot) -> None:
+        self._predictor.observe(snapshot)
+
+    def score(self, snapshot: ClusterSnapshot) -> Scores:
+        return [-self._predictor.predicted_duration(job) for job in snapshot.pending]
+
+
+class SjfLimit:
+    """Shortest job first on the user's own time limit (``--time``): score ``−limit_j``; a job
+    without a limit scores −∞ (after every job with one). Limits are a few round values (an
+    hour, a day, a week), so ties are many: they go to the earlier submit."""
+
+    name = "sjf-limit"
+
+    def observe(self, snapshot: ClusterSnapshot) -> None:
+        return None
+
+    def score(self, snapshot: ClusterSnapshot) -> Scores:
+        limits = snapshot.columns.time_limit
+        return -np.where(np.isfinite(limits) & (limits > 0), limits, math.inf)
+
+
+class AgeGuarded:
+    """An ordering with the dual agent's age guard (:mod:`slurm_rl.agents.starvation`): every
+    job pending for ``limit_s`` or longer first, the longest-waiting first, then the others in
+    the ordering's own order. Named ``<ordering>-aged``."""
+
+    def __init__(self, ordering: OrderingPolicy, limit_s: float | None = STARVATION_S) -> None:
+        self._ordering = ordering
+        self._limit_s = limit_s
+        self.name = f"{ordering.name}{AGED_SUFFIX}"
+
+    def observe(self, snapshot: ClusterSnapshot) -> None:
+        self._ordering.observe(snapshot)
+
+    def score(self, snapshot: ClusterSnapshot) -> Scores:
+        scores = np.asarray(self._ordering.score(snapshot), dtype=float)
+        waits = snapshot.time - snapshot.columns.submit_time
+        return promote_starved(scores, waits, self._limit_s)
 
 
 class Multifactor:

@@ -3,8 +3,10 @@
 One scenario (by default Philly December 2017 — the held-out month — on philly-hetero, slurm
 action mode) is replayed from an empty cluster to the last job with:
 
-* every realisable ordering (FIFO, QSSF, Slurm multifactor; slurm mode adds EASY backfill)
-  with every heuristic placement, each ordering then judged with its best placement;
+* every realisable ordering (FIFO, QSSF, Slurm multifactor, SJF on predicted run times, SJF
+  on time limits, and each of them but FIFO under the dual agent's age guard, ``-aged``;
+  docs/orderings.md; slurm mode adds EASY backfill) with every heuristic placement, each
+  ordering then judged with its best placement;
 * SJF with oracle durations (best placement), shown as the reference no real cluster has;
 * the dual agent and the ablations: ordering agent only (learned ordering + fastest-GPU
   placement), placement agent only (QSSF + learned placement), no communication (the message

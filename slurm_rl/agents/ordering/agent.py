@@ -39,6 +39,7 @@ from slurm_rl.agents.ordering.placement import LearnedPlacement
 from slurm_rl.agents.ordering_baselines import Qssf
 from slurm_rl.agents.placement_baselines import BestFit, FastestGpuFirst
 from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
+from slurm_rl.agents.starvation import STARVATION_H, STARVATION_S, promote_starved
 from slurm_rl.core import ClusterSnapshot
 from slurm_rl.errors import SlurmRLError, UnknownNameError
 from slurm_rl.paths import shipped
@@ -54,10 +55,6 @@ VARIANTS: tuple[Variant, ...] = ("dual", "ordering-only", "placement-only", "no-
 #: far slower than their best (the RWGP's exclusions); ``rwgp`` offers every node set, as the
 #: bundles trained before it expect.
 CHOOSERS = ("rwgp-excluding", "rwgp", "best-fit")
-# A job pending longer than this goes ahead of every job that has waited less (meta key
-# ``starvation_h`` overrides it per bundle; 0 turns the guard off). Chosen on Philly
-# September-November (docs/ordering-agent.md, "Starvation guard").
-STARVATION_H = 168.0
 
 
 class BundleError(SlurmRLError):
@@ -97,27 +94,12 @@ def masked_scores(raw: FloatArray, valid: BoolArray) -> FloatArray:
     return np.where(valid, raw, raw - shift)
 
 
-def promote_starved(scores: FloatArray, waits_s: FloatArray,
-                    limit_s: float | None) -> FloatArray:
-    """Scores that rank every job pending for ``limit_s`` or longer ahead of all others, the
-    longest-waiting first (None or 0: unchanged). A learned ordering may rank a kind of job
-    low forever; with backfill the first-ranked waiting job gets the reservation, so a job
-    this promotes starts as soon as FIFO would have started it from here on."""
-    if not limit_s or not len(scores):
-        return scores
-    starved = waits_s >= limit_s
-    if not starved.any():
-        return scores
-    top = float(scores.max()) + 1.0
-    return np.where(starved, top + waits_s / limit_s, scores)
-
-
 class OrderingAgent:
     """The learned :class:`~slurm_rl.agents.base.OrderingPolicy` (docs/ordering-agent.md)."""
 
     def __init__(self, network: OrderingNetwork, builder: FeatureBuilder,
                  messenger: Messenger, name: str = "rl",
-                 starvation_s: float | None = STARVATION_H * 3600.0) -> None:
+                 starvation_s: float | None = STARVATION_S) -> None:
         self.network = network
         self.builder = builder
         self.messenger = messenger
