@@ -67,8 +67,8 @@ def checkpoint_options(command: F) -> F:
 
 
 def fairness_option(command: F) -> F:
-    """``--fairness-max-wait-ratio``: the fairness guard's bound in a replay (docs/daemon.md,
-    "Fairness and --nice"); by default the daemon's, so a replay ranks as the daemon would."""
+    """``--fairness-max-wait-ratio``: the fairness guard's bound in a replay
+    (docs/fairness.md); by default the daemon's, so a replay ranks as the daemon would."""
     from slurm_rl.fairness import DEFAULT_MAX_WAIT_RATIO
 
     return click.option(

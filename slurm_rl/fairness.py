@@ -2,7 +2,7 @@
 
 The :class:`~slurm_rl.scheduler.Scheduler` applies it after the ordering policy has ranked the
 pending jobs and before the placement walk, in the simulator, in training's evaluation and
-live alike, whatever the policy (docs/daemon.md, "Fairness and --nice").
+live alike, whatever the policy (docs/fairness.md).
 
 **Which waits count.** At a decision at time ``t`` a user ``u`` is *waiting* when at least
 one of ``u``'s jobs is pending. The waits counted for ``u`` are

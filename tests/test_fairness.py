@@ -424,7 +424,7 @@ def test_the_daemon_ranks_with_its_configured_rules_and_reports_them(tmp_path: P
 
 
 def test_simulate_takes_the_fairness_bound_and_refuses_one_below_1() -> None:
-    """docs/daemon.md shows ``slurm-rl simulate --fairness-max-wait-ratio``: it exists."""
+    """docs/fairness.md shows ``slurm-rl simulate --fairness-max-wait-ratio``: it exists."""
     from click.testing import CliRunner
 
     from slurm_rl.cli import main

@@ -91,7 +91,7 @@ class DaemonConfig(BaseModel):
     priority_tolerance_ranks: int = Field(default=2, ge=0, le=1_000_000)
     priority_updates_per_job_hour: int = Field(default=2, ge=1, le=3600)
     priority_updates_per_cycle: int = Field(default=200, ge=1, le=1_000_000)
-    # Fairness and --nice (docs/daemon.md, "Fairness and --nice"), for every policy: the
+    # Fairness and --nice (docs/fairness.md), for every policy: the
     # bound on the most-waiting user's mean wait over the users' average (0 = off; the ratio
     # is never below 1). The guard acts half-way there: past it, the jobs of the users past
     # it come first, the first that does not fit with a reservation ...
