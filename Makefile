@@ -57,7 +57,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check slurm_rl tests benchmarks
+	$(VENV)/bin/ruff check slurm_rl tests benchmarks db
 
 bench: $(STAMP)
 	$(PY) benchmarks/replay_philly.py
