@@ -49,6 +49,7 @@ CLUSTER = "replay"
 PARTITION = "gpu"
 WINDOW_S = 6  # the job_submit plugin's deferral window and the simulator's
 CYCLE_S = 2.0  # the daemon's interval_s and the simulator's cycle
+PHASE_WINDOW_S = 10.0  # the emulation takes its cycle phase from the cycles this soon
 BF_RESOLUTION_S = 1  # the emulation plans to the second; Slurm's default is 60
 # from the daemon's last scontrol call to slurmctld starting the job: fitted on the saved
 # runs (0, 0.3, 0.6, 1 s tried; 0.6 gave the smallest median error), docs/slurm-emulation.md
@@ -264,8 +265,11 @@ def cycle_timing(cycles: Sequence[tuple[float, float]], origin: float, interval_
     plus slurmctld's reaction (:data:`SLURM_REACTION_S`)."""
     if not cycles:
         return 0.0, 0.0
-    # a circular mean: phases just below the interval and just above 0 are neighbours
-    angles = [2 * math.pi * (t - origin) / interval_s for t, _ in cycles]
+    # The first cycles decide which cycle sees the first jobs, and the cycles drift a few
+    # ms each: their phase is the one to keep. A circular mean: phases just below the
+    # interval and just above 0 are neighbours.
+    early = [t for t, _ in cycles if origin - interval_s <= t <= origin + PHASE_WINDOW_S]
+    angles = [2 * math.pi * (t - origin) / interval_s for t in early or [t for t, _ in cycles]]
     mean = math.atan2(sum(map(math.sin, angles)), sum(map(math.cos, angles)))
     durations = sorted(d for _, d in cycles)
     return (mean / (2 * math.pi) * interval_s) % interval_s, durations[len(durations) // 2]
