@@ -16,6 +16,7 @@ from slurm_rl.sim2real import (
     dev_cluster,
     job_lines,
     kendall_tau,
+    kind_of,
     percentile,
     simulate_runs,
 )
@@ -81,3 +82,13 @@ def test_the_simulated_side_starts_jobs_as_worked_out_by_hand() -> None:
     assert {j: (r.start, r.end, r.nodes) for j, r in runs.items()} == {
         "1": (0.0, 30.0, ("n1",)), "2": (30.0, 40.0, ("n1", "n2")), "3": (2.0, 12.0, ("n2",)),
     }
+
+
+def test_disagreements_are_sorted_by_kind() -> None:
+    types = {"a": "a100", "b": "a100", "c": "v100"}
+    real = {"1": _run("1", 0, 2, ("a",)), "2": _run("2", 0, 3, ("c",)),
+            "3": _run("3", 0, 4, ("a",)), "4": _run("4", 0, 40, ("a",))}
+    sim = {"1": _run("1", 0, 2, ("b",)), "2": _run("2", 0, 3, ("a",)),
+           "3": _run("3", 0, 4, ("a",)), "4": _run("4", 0, 10, ("a",))}
+    kinds = {row.job_id: kind_of(row, types) for row in compare(real, sim).jobs}
+    assert kinds == {"1": "node tie", "2": "other nodes", "3": "agrees", "4": "early"}
