@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import random
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -31,6 +32,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import Tensor
@@ -89,8 +91,20 @@ def make_policy(spec: PolicySpec) -> Scheduler:
     return build_scheduler(bundle, speeds, variant=spec.variant)
 
 
-def _replay(scenario: Scenario, spec: PolicySpec) -> ReplayResult:
+def fresh_replay_state(seed: int = 0) -> None:
+    """The process state every replay starts from, whatever ran before it in this process (a
+    pool worker runs several, in an order that depends on timing): one torch thread (a
+    parallel reduction adds its partial sums in an order that depends on the thread count)
+    and the global generators of torch, numpy and ``random`` seeded. No policy should draw from
+    those generators; one that did would otherwise depend on the replays before it."""
     torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    np.random.seed(seed)  # the legacy global generator, which np.random.* functions use
+    random.seed(seed)
+
+
+def _replay(scenario: Scenario, spec: PolicySpec) -> ReplayResult:
+    fresh_replay_state()
     return replay(scenario, make_policy(spec), policy_id=spec.label)
 
 
