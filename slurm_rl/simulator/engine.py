@@ -400,8 +400,10 @@ class Simulation:
         )
 
     def _neighbours(self, nodes: tuple[int, ...]) -> list[_Run]:
+        # sorted: a set of strings iterates in hash order, which changes with the process's
+        # hash seed, and the order re-timed runs are pushed in breaks ties between their ends
         ids = set().union(*(self._node_jobs[i] for i in nodes))
-        return [self._running[j] for j in ids]
+        return [self._running[j] for j in sorted(ids)]
 
     def _progress(self, run: _Run) -> None:
         run.remaining = max(0.0, run.remaining - (self.now - run.updated) * run.rate)
