@@ -120,21 +120,19 @@ class Scheduler:
     ) -> dict[JobId, Placement]:
         """Node sets for ``jobs`` in ranking order; takes their GPUs from ``free``. The first
         job of a user the guard brought forward that does not fit gets a reservation
-        (:mod:`slurm_rl.reservation`): the later jobs keep off the GPUs it holds unless they
-        end before it starts."""
+        (:mod:`slurm_rl.reservation`; one try a decision): the later jobs keep off the GPUs
+        it holds unless they end before it starts."""
         available = sum(free)
         placements: dict[JobId, Placement] = {}
         forward = set(self.last_reranking.brought_forward) if self.last_reranking else set()
         self.last_reservation = None
-        unheld: list[int] | None = None  # free less the held GPUs, built when first needed
+        unheld: list[int] = []  # free less the held GPUs, while a reservation holds some
         for job in jobs:
             if available == 0:
                 break
             held: Reservation | None = self.last_reservation
             usable, room = free, available
             if held is not None and not held.allows(job, snapshot.time):
-                if unheld is None:
-                    unheld = [f - h for f, h in zip(free, held.held, strict=True)]
                 usable, room = unheld, available - held.held_gpus
             placement = None
             if job.num_gpus <= room:
@@ -142,24 +140,32 @@ class Scheduler:
             if placement is None:
                 if self.walk == "strict":
                     break
-                if held is None and job.user in forward:
+                if forward and job.user in forward:
+                    forward = set()  # one reservation a decision, and one try at it
                     self.last_reservation = reserve(job, free, snapshot, self.placement)
+                    if self.last_reservation is not None:
+                        unheld = [f - h for f, h in
+                                  zip(free, self.last_reservation.held, strict=True)]
                 continue
             placements[job.job_id] = placement
-            self._take(snapshot, placement, free)
+            self._take(snapshot, placement, free, unheld)
             available -= placement.num_gpus
-            unheld = None
         return placements
 
-    def _take(self, snapshot: ClusterSnapshot, placement: Placement, free: list[int]) -> None:
-        """Take ``placement``'s GPUs from ``free``; held GPUs taken (by a job that ends before
-        the reservation starts) are held no more."""
+    def _take(self, snapshot: ClusterSnapshot, placement: Placement, free: list[int],
+              unheld: list[int]) -> None:
+        """Take ``placement``'s GPUs from ``free`` (and ``unheld``, kept as ``free`` less the
+        held GPUs); held GPUs taken (by a job that ends before the reservation starts) are
+        held no more."""
         for name, gpus in zip(placement.nodes, placement.gpus, strict=True):
             index = snapshot.cluster.index(name)
             free[index] -= gpus
             held = self.last_reservation
-            if held is not None and held.held[index] > free[index]:
-                self.last_reservation = held.holding(index, free[index])
+            if held is None:
+                continue
+            if held.held[index] > free[index]:
+                held = self.last_reservation = held.holding(index, free[index])
+            unheld[index] = free[index] - held.held[index]
 
     def _exclusions(
         self, snapshot: ClusterSnapshot, jobs: list[Job], placements: dict[JobId, Placement]
