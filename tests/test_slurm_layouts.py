@@ -157,9 +157,12 @@ def test_recorded_reservations_sacct_and_waiting(version: str) -> None:
     waiting = _roles(version, "waiting_jobs.json")
     runner = FakeRunner()
     runner.answers.update(recorded_cluster(version).answers)
-    runner.answer(layout_for(FORMATS[version][0]).jobs_argv,
-                  fixture_text(version, "squeue_waiting.json"))
-    source = SlurmSource(CliSlurmClient(runner=runner), clock=time.time)
+    recorded = fixture_text(version, "squeue_waiting.json")
+    runner.answer(layout_for(FORMATS[version][0]).jobs_argv, recorded)
+    # the clock of the recording: the "later" job's begin time is an hour after it, and on
+    # the real clock it would pass (the test failed an hour after the fixture was recorded)
+    at = float(json.loads(recorded)["last_update"]["number"])
+    source = SlurmSource(CliSlurmClient(runner=runner), clock=lambda: at)
     snap = source.snapshot()
     assert [j.job_id for j in snap.pending] == [waiting["plain"]]
     assert source.set_aside == {waiting["child"]: "dependency", waiting["held"]: "held",
