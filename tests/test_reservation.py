@@ -23,21 +23,9 @@ from slurm_rl.ops.explain import render
 from slurm_rl.ops.reasons import explain_decision
 from slurm_rl.reservation import reserve
 from slurm_rl.scheduler import Scheduler
+from tests.test_fairness import FavoursAlice
 
 CLUSTER = Cluster("c", tuple(Node(f"n{i}", "a100", 4) for i in range(4)))  # 16 GPUs
-
-
-class FavoursAlice:
-    """Ranks alice's jobs above everyone else's, first come first served within a user."""
-
-    name = "favours-alice"
-
-    def observe(self, snapshot: ClusterSnapshot) -> None:
-        pass
-
-    def score(self, snapshot: ClusterSnapshot) -> list[float]:
-        return [(1e9 if job.user == "alice" else 0.0) - job.submit_time
-                for job in snapshot.pending]
 
 
 def _job(job_id: str, user: str, submit: float, gpus: int, *, limit: float | None = 600.0,

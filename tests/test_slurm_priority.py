@@ -23,7 +23,7 @@ from slurm_rl.slurm.priority import (
 )
 from slurm_rl.slurm.proc import CommandResult
 from slurm_rl.slurm.source import SlurmSource
-from tests.slurm.fakes import fixture_text, recorded_cluster
+from tests.slurm.fakes import FakeRunner, fixture_text, recorded_cluster
 
 FLOOR = 1000
 
@@ -107,15 +107,7 @@ def test_the_limits_hold_and_the_changed_jobs_stay_in_order(
 def test_a_policy_reversing_its_ranking_every_cycle_is_held_to_the_hourly_rate() -> None:
     """The churn of issue 19 (10-47 updates a cycle on a static queue): a ranking that flips
     every 5-s cycle for an hour sends each job at most two priority changes."""
-    runner = recorded_cluster("22.05")
-    runner.default = CommandResult((), 0, "", "")
-    doc = json.loads(fixture_text("22.05", "squeue.json"))
-    clock = [1795970565.0]
-    source = SlurmSource(CliSlurmClient(runner=runner), clock=lambda: clock[0])
-    limits = PriorityLimits(tolerance_ranks=0, updates_per_job_hour=2, per_cycle=200)
-    actuator = SlurmActuator(CliSlurmClient(runner=runner),
-                             ActuatorConfig(mode=Mode.ADVISE, priority_limits=limits),
-                             source=source, clock=lambda: clock[0])
+    runner, doc, clock, source, actuator = _advising_at_two_an_hour()
     sent: Counter[str] = Counter()
     for cycle in range(720):
         snapshot = source.snapshot()
@@ -135,15 +127,7 @@ def test_the_last_change_of_the_hour_is_kept_for_a_job_the_guard_brings_forward(
     """Two changes an hour: a policy's reordering gets the first (the release), the second is
     kept for the fairness guard. A job the decision brings forward gets it; the others keep
     their place however the ranking flips."""
-    runner = recorded_cluster("22.05")
-    runner.default = CommandResult((), 0, "", "")
-    doc = json.loads(fixture_text("22.05", "squeue.json"))
-    clock = [1795970565.0]
-    source = SlurmSource(CliSlurmClient(runner=runner), clock=lambda: clock[0])
-    limits = PriorityLimits(tolerance_ranks=0, updates_per_job_hour=2, per_cycle=200)
-    actuator = SlurmActuator(CliSlurmClient(runner=runner),
-                             ActuatorConfig(mode=Mode.ADVISE, priority_limits=limits),
-                             source=source, clock=lambda: clock[0])
+    runner, doc, clock, source, actuator = _advising_at_two_an_hour()
     sent: Counter[str] = Counter()
     last = ""
     for cycle in range(6):
@@ -161,6 +145,22 @@ def test_the_last_change_of_the_hour_is_kept_for_a_job_the_guard_brings_forward(
         clock[0] += 5.0
     assert len(pending) == 2 and sent[last] == 2
     assert all(count == 1 for job, count in sent.items() if job != last)
+
+
+def _advising_at_two_an_hour() -> tuple[FakeRunner, dict[str, object], list[float],
+                                         SlurmSource, SlurmActuator]:
+    """The recorded 22.05 cluster, its squeue document (to show what Slurm holds after an
+    update), a clock to move and an advising actuator held to two changes a job-hour."""
+    runner = recorded_cluster("22.05")
+    runner.default = CommandResult((), 0, "", "")
+    doc = json.loads(fixture_text("22.05", "squeue.json"))
+    clock = [1795970565.0]
+    source = SlurmSource(CliSlurmClient(runner=runner), clock=lambda: clock[0])
+    limits = PriorityLimits(tolerance_ranks=0, updates_per_job_hour=2, per_cycle=200)
+    actuator = SlurmActuator(CliSlurmClient(runner=runner),
+                             ActuatorConfig(mode=Mode.ADVISE, priority_limits=limits),
+                             source=source, clock=lambda: clock[0])
+    return runner, doc, clock, source, actuator
 
 
 def _show_priority(doc: dict[str, object], job_id: str, argv: tuple[str, ...]) -> None:
