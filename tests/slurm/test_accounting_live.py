@@ -1,6 +1,7 @@
-"""Outcomes from sacct against a real Slurm with slurmdbd (the Operator test's cluster): for
-jobs the daemon decided, sacct's outcomes are the ones squeue reported (state, times, nodes,
-exit code), and a job the daemon never decided is not taken.
+"""Outcomes from sacct against a real Slurm with slurmdbd (natively the Operator test's
+cluster; with ``--slurm-cluster=compose`` the compose cluster itself, whose slurmdbd runs on
+MariaDB): for jobs the daemon decided, sacct's outcomes are the ones squeue reported (state,
+times, nodes, exit code), and a job the daemon never decided is not taken.
 
 ``SLURM_RL_RECORD=1`` also re-records the golden file ``tests/fixtures/slurm/22.05/sacct.txt``
 from a fixed job mix (see tests/fixtures/slurm/README.md)."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,21 +31,36 @@ pytestmark = pytest.mark.slurm
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "22.05" / "sacct.txt"
 
 
-def _daemon(cluster: DevCluster, live: LiveCluster, state: Path) -> Daemon:
+@pytest.fixture
+def accounting(request: pytest.FixtureRequest,
+               slurm_cluster: LiveCluster) -> Iterator[tuple[Path | None, LiveCluster]]:
+    """A cluster whose sacct answers, and its slurm.conf where the daemon must be told it:
+    the compose cluster (its own slurmdbd; the commands run in its controller's container),
+    else the Operator test's native cluster (the session's native cluster has no slurmdbd)."""
+    if slurm_cluster.kind == "compose":
+        yield None, slurm_cluster
+        slurm_cluster.cancel_all()
+        slurm_cluster.beat()
+        return
+    cluster, live = request.getfixturevalue("operator_cluster")
+    yield cluster.slurm_conf, live
+
+
+def _daemon(slurm_conf: Path | None, live: LiveCluster, state: Path) -> Daemon:
     config = DaemonConfig(mode="enforce", state_dir=state, cluster_name="opc",
-                          slurm_conf=cluster.slurm_conf, heartbeat_path=state / "beat",
+                          slurm_conf=slurm_conf, heartbeat_path=state / "beat",
                           defer_window_s=WINDOW_S, slurm_timeout_s=30.0, metrics_port=0,
                           accounting_outcomes=True, policy="fifo+best-fit")
     return Daemon(lambda: config, runner=live.runner)
 
 
-def test_sacct_outcomes_are_squeues(operator_cluster: tuple[DevCluster, LiveCluster],  # noqa: F811
+def test_sacct_outcomes_are_squeues(accounting: tuple[Path | None, LiveCluster],
                                     tmp_path: Path) -> None:
-    cluster, live = operator_cluster
+    slurm_conf, live = accounting
     # The daemon is up before the jobs come, as in production: built after them, its start
     # (a fresh store's migrations) could outlast the plugin's window on a loaded machine, and
     # Slurm then started the jobs itself, a second off what sacct records.
-    daemon = _daemon(cluster, live, tmp_path)
+    daemon = _daemon(slurm_conf, live, tmp_path)
     live.beat()  # the cluster's plugin reads its own heartbeat: fresh, so the jobs are deferred
     jobs = {"ok": live.sbatch("alice", "--gres=gpu:a100:2", "-t", "10", script="sleep 1"),
             "exit3": live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", script="exit 3")}

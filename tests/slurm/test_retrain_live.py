@@ -1,9 +1,9 @@
-"""Retraining end to end on the native Slurm cluster: the daemon schedules real ``sbatch``
-jobs and fills its store, the daemon's scheduled retrain (APScheduler, its job store in the
-same database, the retrain in its own process) fine-tunes a candidate and the gate promotes
-it over a deliberately damaged active version; a one-shot ``slurm-rl retrain`` judges the
-damaged bundle and does not promote it; ``slurm-rl models rollback`` restores the previous
-version in the running daemon."""
+"""Retraining end to end on a real Slurm cluster (native, or compose): the daemon schedules
+real ``sbatch`` jobs and fills its store, the daemon's scheduled retrain (APScheduler, its job
+store in the same database, the retrain in its own process) fine-tunes a candidate and the
+gate promotes it over a deliberately damaged active version; a one-shot ``slurm-rl retrain``
+judges the damaged bundle and does not promote it; ``slurm-rl models rollback`` restores the
+previous version in the running daemon."""
 
 from __future__ import annotations
 
@@ -137,7 +137,9 @@ def test_retrain_promotes_a_better_candidate_not_a_worse_one_and_rolls_back(
         _wait(live, daemon, lambda: _all_running(live, blockers), "the blockers to run", 60)
         burst = [_submit(live, user, script)
                  for user, script in [("bob", LONG)] * 4 + [("alice", SHORT)] * 8]
-        go.touch()
+        # Made through the cluster: the compose cluster's jobs directory is a volume of its
+        # containers, not a host directory.
+        assert live.run("touch", str(go)).ok
         _wait(live, daemon, lambda: _ended(daemon, blockers + burst), "the burst's outcomes",
               120)
         with Session(daemon.store.engine) as session:
