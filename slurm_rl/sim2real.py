@@ -59,7 +59,7 @@ class WorldSetup:
 def simulate_runs(cluster: Cluster, jobs: Sequence[Job], policy: DecisionMaker,
                   setup: WorldSetup) -> dict[str, JobRun]:
     """The jobs replayed in ``slurm`` mode with fixed performance under ``policy`` (as the
-    daemon built it: :func:`slurm_rl.daemon.policy.make_policy`)."""
+    daemon built it: :func:`slurm_rl.live_policy.make_policy`)."""
     ordered = sorted(jobs, key=lambda job: (job.submit_time, job.job_id))
     speed = FixedSpeedModel(cluster, PerformanceModel.default(), "V100", None)
     config = SimConfig(mode="slurm", cycle_s=setup.cycle_s, defer_window_s=setup.defer_window_s,

@@ -19,8 +19,8 @@ from slurm_rl.core import (
     SpeedObservation,
 )
 from slurm_rl.daemon.history import PrimedScheduler, stored_history, with_history
-from slurm_rl.daemon.policy import make_policy
 from slurm_rl.daemon.runner import Daemon
+from slurm_rl.live_policy import make_policy
 from slurm_rl.store.repository import Store
 from tests.retrain.logged import CLUSTER, NODES, fill
 from tests.test_daemon import Clock, _cluster, _config

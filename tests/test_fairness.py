@@ -16,7 +16,6 @@ from slurm_rl.core import Cluster, ClusterSnapshot, Job, Node, Placement, Runnin
 from slurm_rl.daemon.config import DaemonConfig, load_config
 from slurm_rl.daemon.guard import GuardedScheduler
 from slurm_rl.daemon.history import PrimedScheduler
-from slurm_rl.daemon.policy import make_policy
 from slurm_rl.errors import InputError
 from slurm_rl.fairness import (
     POLICY_ORDER_ONLY,
@@ -33,6 +32,7 @@ from slurm_rl.fairness import (
     wait_ratio,
     waiting_fairness,
 )
+from slurm_rl.live_policy import make_policy
 from slurm_rl.metrics import compute_metrics
 from slurm_rl.ops.metrics import DaemonMetrics
 from slurm_rl.scheduler import Scheduler

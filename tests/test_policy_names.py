@@ -7,8 +7,8 @@ import pytest
 
 from slurm_rl.agents import names
 from slurm_rl.agents.registry import baseline_names, is_learned, make_scheduler, takes_fee_weight
-from slurm_rl.daemon.policy import check_name
 from slurm_rl.errors import SlurmRLError, UnknownNameError
+from slurm_rl.live_policy import check_name
 from slurm_rl.training.evaluate import PLACEMENTS, evaluation_specs
 
 SPEED = {"A100": 2.0, "V100": 1.0}

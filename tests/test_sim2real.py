@@ -8,7 +8,7 @@ import math
 import pytest
 
 from slurm_rl.core import Job
-from slurm_rl.daemon.policy import make_policy
+from slurm_rl.live_policy import make_policy
 from slurm_rl.sim2real import (
     JobRun,
     WorldSetup,

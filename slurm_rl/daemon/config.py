@@ -201,7 +201,7 @@ class DaemonConfig(BaseModel):
     @field_validator("policy")
     @classmethod
     def _policy_runs_live(cls, policy: str) -> str:
-        from slurm_rl.daemon.policy import check_name  # the registry: numpy and friends
+        from slurm_rl.live_policy import check_name  # the registry: numpy and friends
 
         try:
             check_name(policy)

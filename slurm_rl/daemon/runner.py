@@ -37,9 +37,9 @@ from slurm_rl.daemon.guard import GuardedScheduler
 from slurm_rl.daemon.heartbeat import FileHeartbeat, Heartbeat
 from slurm_rl.daemon.history import PrimedScheduler, stored_history
 from slurm_rl.daemon.jobcomp import JobcompLog
-from slurm_rl.daemon.policy import FALLBACK_POLICY, PolicyBundleError, is_learned, make_policy
 from slurm_rl.daemon.recorder import CycleSummary, StoreRecorder
 from slurm_rl.errors import SlurmRLError
+from slurm_rl.live_policy import FALLBACK_POLICY, PolicyBundleError, is_learned, make_policy
 from slurm_rl.loop import DecisionMaker, run_cycle
 from slurm_rl.ops.metrics import DaemonMetrics, error_kind, model_version
 from slurm_rl.retrain.follow import ModelFollower

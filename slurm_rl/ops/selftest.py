@@ -344,7 +344,7 @@ def _schema_state(store: Store) -> Check:
 
 
 def check_model(config: DaemonConfig) -> Check:
-    from slurm_rl.daemon.policy import is_learned, make_policy
+    from slurm_rl.live_policy import is_learned, make_policy
     from slurm_rl.ops.metrics import model_version
 
     try:

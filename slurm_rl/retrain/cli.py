@@ -92,8 +92,8 @@ def check_usable(settings: RetrainSettings) -> None:
     """The policy and the bundles build before the store is read: a bad argument is one
     line and exit 2, not hidden behind "retrain skipped" while the logs are thin."""
     from slurm_rl.agents.ordering.agent import BundleError, load_bundle
-    from slurm_rl.daemon.policy import make_policy
     from slurm_rl.errors import SlurmRLError
+    from slurm_rl.live_policy import make_policy
 
     try:
         make_policy(settings.policy, bundle=settings.policy_bundle)

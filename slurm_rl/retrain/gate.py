@@ -108,7 +108,7 @@ def _change(fraction: float) -> str:
 
 def replay_metrics(policy: PolicyRef, scenario: Scenario, seeds: int) -> dict[str, Any]:
     """Mean metrics of ``seeds`` replays of ``policy`` (each with its own scheduler)."""
-    from slurm_rl.daemon.policy import make_policy
+    from slurm_rl.live_policy import make_policy
 
     runs = []
     for seed in range(seeds):

@@ -22,8 +22,8 @@ import pytest
 
 from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.daemon.heartbeat import FileHeartbeat, Heartbeat
-from slurm_rl.daemon.policy import gpu_speeds
 from slurm_rl.daemon.runner import Daemon
+from slurm_rl.live_policy import gpu_speeds
 from slurm_rl.slurm.deferral import CONF_NAME, deferred_until
 from slurm_rl.slurm.scontrol import ScontrolJob
 from slurm_rl.store.models import DecisionRow
