@@ -201,7 +201,7 @@ def run_export(url: str, since: float, output: Path, fmt: str,
 def export_command(config_path: Path | None, store_url: str | None, since: str, fmt: str,
                    output: Path, tables: str) -> None:
     """Export cycles, jobs, decisions and outcomes since a time to CSV or Parquet."""
-    from slurm_rl.daemon.config import store_command_config
+    from slurm_rl.config import store_command_config
 
     chosen = [t.strip() for t in tables.split(",") if t.strip()]
     unknown = [t for t in chosen if t not in TABLES]

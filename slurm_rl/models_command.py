@@ -33,7 +33,7 @@ _config = click.option("--config", "config_path", default=None,
 
 def _registry(config_path: Path | None, store_url: str | None) -> tuple[ModelRegistry, str]:
     """The registry of the store, and that store's URL as it may be shown (password ***)."""
-    from slurm_rl.daemon.config import store_command_config
+    from slurm_rl.config import store_command_config
     from slurm_rl.retrain.window import RetrainSkipped, check_schema
     from slurm_rl.store.registry import ModelRegistry
     from slurm_rl.store.repository import make_engine, require_store, shown_url

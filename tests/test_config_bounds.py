@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_rl.daemon.config import load_config
+from slurm_rl.config import load_config
 from slurm_rl.errors import InputError
 
 

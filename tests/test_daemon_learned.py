@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from slurm_rl.daemon.config import load_config
+from slurm_rl.config import load_config
 from slurm_rl.daemon.runner import Daemon
 from slurm_rl.errors import SlurmRLError
 from tests.test_daemon import Clock, _cluster, _config, _problems

@@ -12,8 +12,8 @@ import pytest
 
 from slurm_rl.agents.placement_baselines import FirstFit
 from slurm_rl.agents.registry import make_scheduler
+from slurm_rl.config import DaemonConfig, load_config
 from slurm_rl.core import Cluster, ClusterSnapshot, Job, Node, Placement, RunningJob
-from slurm_rl.daemon.config import DaemonConfig, load_config
 from slurm_rl.daemon.guard import GuardedScheduler
 from slurm_rl.daemon.history import PrimedScheduler
 from slurm_rl.errors import InputError

@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_rl.cli import main
+from slurm_rl.config import load_config, load_with_sources
 from slurm_rl.core import Cluster, ClusterSnapshot, Job, Node
-from slurm_rl.daemon.config import load_config, load_with_sources
 from slurm_rl.daemon.runner import Daemon
 from slurm_rl.errors import InputError
 from slurm_rl.ops import reasons
@@ -96,7 +96,7 @@ def test_show_conf_never_prints_the_store_password(tmp_path: Path, as_json: bool
 
 def test_a_store_check_that_fails_never_prints_the_password(tmp_path: Path) -> None:
     """Issue 18 (4): selftest's FAIL line for a store it cannot open carried the URL whole."""
-    from slurm_rl.daemon.config import DaemonConfig
+    from slurm_rl.config import DaemonConfig
     from slurm_rl.ops.selftest import check_store
 
     check = check_store(DaemonConfig(state_dir=tmp_path, store_url=SECRET_URL))
@@ -106,7 +106,7 @@ def test_a_store_check_that_fails_never_prints_the_password(tmp_path: Path) -> N
 
 def test_the_site_config_default_path_is_used_when_it_exists(tmp_path: Path,
                                                              monkeypatch: Any) -> None:
-    from slurm_rl.daemon import config as module
+    from slurm_rl import config as module
 
     site = tmp_path / "slurm-rl.toml"
     monkeypatch.setattr(module, "DEFAULT_CONFIG_PATH", site)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from slurm_rl.daemon.config import DaemonConfig, load_config
+from slurm_rl.config import DaemonConfig, load_config
 from slurm_rl.ops.plugin_check import check_deferral
 from slurm_rl.slurm import deferral
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.config import DaemonConfig
 from slurm_rl.daemon.jobcomp import JobcompLog
 from slurm_rl.daemon.runner import DaemonError, check_private_dirs
 from slurm_rl.safefile import UnsafePathError, require_private_dir, write_atomic

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.config import DaemonConfig
 from slurm_rl.daemon.runner import Daemon, DaemonError, check_private_dirs
 from slurm_rl.ops.selftest import check_directories, check_store
 from slurm_rl.slurm.proc import CommandResult

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from slurm_rl.config import DaemonConfig
 from slurm_rl.core import Decision, Placement
-from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.daemon.recorder import StoreRecorder
 from slurm_rl.daemon.runner import Daemon
 from slurm_rl.slurm.actuator import Mode, SlurmActuator

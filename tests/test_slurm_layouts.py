@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from slurm_rl.config import DaemonConfig
 from slurm_rl.core import Placement
 from slurm_rl.daemon.accounting import parse_sacct
-from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.daemon.runner import Daemon
 from slurm_rl.ops.metrics import error_kind
 from slurm_rl.slurm.client import CliSlurmClient, parse_version

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from slurm_rl.config import DaemonConfig
 from slurm_rl.core import Placement
-from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.daemon.runner import Daemon
 from slurm_rl.errors import SlurmRLError
 from slurm_rl.ops.metrics import error_kind

@@ -15,7 +15,7 @@ import click
 
 from slurm_rl.agents.names import naming_help
 from slurm_rl.cli_options import FiniteFloat
-from slurm_rl.daemon.config import DaemonConfig, config_path, load_config
+from slurm_rl.config import DaemonConfig, config_path, load_config
 from slurm_rl.daemon.runner import Daemon
 from slurm_rl.errors import SlurmRLError
 

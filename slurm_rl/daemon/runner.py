@@ -31,8 +31,8 @@ from typing import TypeVar
 from alembic.util import CommandError
 from sqlalchemy.exc import SQLAlchemyError
 
+from slurm_rl.config import DaemonConfig
 from slurm_rl.daemon.accounting import AccountingReader
-from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.daemon.guard import GuardedScheduler
 from slurm_rl.daemon.heartbeat import FileHeartbeat, Heartbeat
 from slurm_rl.daemon.history import PrimedScheduler, stored_history

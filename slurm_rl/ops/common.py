@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from slurm_rl.daemon.config import DaemonConfig, config_path, load_config
+from slurm_rl.config import DaemonConfig, config_path, load_config
 from slurm_rl.errors import SlurmRLError
 from slurm_rl.ops.safe_text import terminal_text
 from slurm_rl.store.repository import Store, require_store, shown_url

@@ -17,7 +17,7 @@ import re
 import stat
 from pathlib import Path
 
-from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.config import DaemonConfig
 from slurm_rl.slurm import deferral
 
 NAME = "deferral plugin"

@@ -29,7 +29,7 @@ import click
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
-from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.config import DaemonConfig
 from slurm_rl.errors import InputError, SlurmRLError
 from slurm_rl.ops.common import load, open_store, reading
 from slurm_rl.ops.safe_text import error_line

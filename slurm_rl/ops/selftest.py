@@ -27,7 +27,7 @@ from pathlib import Path
 import click
 from sqlalchemy.exc import SQLAlchemyError
 
-from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.config import DaemonConfig
 from slurm_rl.errors import SlurmRLError
 from slurm_rl.ops import plugin_check
 from slurm_rl.ops.common import load, open_store, safe

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from slurm_rl.daemon.config import DaemonConfig, config_path, env_name, load_with_sources
+from slurm_rl.config import DaemonConfig, config_path, env_name, load_with_sources
 from slurm_rl.store.repository import shown_url
 
 

@@ -17,7 +17,7 @@ from slurm_rl.cli_options import FiniteFloat
 from slurm_rl.errors import InputError
 
 if TYPE_CHECKING:
-    from slurm_rl.daemon.config import DaemonConfig
+    from slurm_rl.config import DaemonConfig
     from slurm_rl.retrain.run import RetrainSettings
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -73,7 +73,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 def retrain_command(config_path: Path | None, store_url: str | None, **options: object) -> None:
     """Retrain the agents on the store's logged window; promote the result only if the gate
     finds it better than the current policy by the margin."""
-    from slurm_rl.daemon.config import store_command_config
+    from slurm_rl.config import store_command_config
     from slurm_rl.retrain.run import retrain
     from slurm_rl.store.repository import require_store
 

@@ -8,7 +8,7 @@ import logging
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.config import DaemonConfig
 from slurm_rl.store.registry import ModelRegistry
 
 log = logging.getLogger("slurm_rl.daemon")

@@ -26,7 +26,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.config import DaemonConfig
 
 log = logging.getLogger("slurm_rl.retrain")
 RETRAIN_JOB = "slurm-rl-retrain"

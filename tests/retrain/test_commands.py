@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from slurm_rl.cli import main
-from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.config import DaemonConfig
 from slurm_rl.retrain.cli import retrain_command
 from slurm_rl.retrain.schedule import (
     RETRAIN_JOB,

@@ -17,9 +17,9 @@ import pytest
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
+from slurm_rl.config import DaemonConfig
 from slurm_rl.core import FinishedJob
 from slurm_rl.daemon.accounting import FIELDS, AccountingReader
-from slurm_rl.daemon.config import DaemonConfig
 from slurm_rl.daemon.runner import Daemon
 from slurm_rl.slurm.devcluster import DevCluster
 from slurm_rl.store.models import OutcomeRow

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from slurm_rl.daemon.config import DaemonConfig
+from slurm_rl.config import DaemonConfig
 from slurm_rl.daemon.heartbeat import FileHeartbeat, Heartbeat
 from slurm_rl.daemon.runner import Daemon
 from slurm_rl.live_policy import gpu_speeds
