@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import pwd
 import re
-import stat
 from pathlib import Path
 
 from slurm_rl.config import DaemonConfig
@@ -42,7 +41,7 @@ def check_deferral(
     trusted = _trusted_uids(slurm_user)
     for what, path in (("its config", conf_dir / deferral.CONF_NAME),
                        ("the heartbeat", config.heartbeat)):
-        refusal = plugin_refuses(path, trusted)
+        refusal = deferral.plugin_refuses(path, trusted)
         if refusal is not None:
             return False, (f"the plugin will not read {what} {path}: {refusal}, so no new job "
                            "is deferred; fix: keep it a regular file in a directory only its "
@@ -58,60 +57,6 @@ def _trusted_uids(slurm_user: str | None) -> frozenset[int]:
         return frozenset({0, pwd.getpwnam(slurm_user).pw_uid if slurm_user else 0})
     except KeyError:
         return frozenset({0})
-
-
-def plugin_refuses(path: Path, trusted: frozenset[int]) -> str | None:
-    """Why plugins/job_submit.lua would not read ``path`` (None: it would, or the file is not
-    there, which the plugin reads as defaults or "daemon down"). The same rules as the
-    plugin's check_file: no symbolic link on the path; the file's directory writable by its
-    owner only; every directory above it of root or slurmctld's user (``trusted``) and
-    writable by its owner only, unless sticky with a trusted entry below it; the file
-    regular, not writable by group or others, and small."""
-    text = str(path)
-    if not path.is_absolute() or any(part in (".", "..") for part in path.parts) \
-            or re.search(r"[\x00-\x1f\x7f']", text):
-        return "not a plain absolute path"
-    chain = [Path(*path.parts[: i + 1]) for i in range(len(path.parts))]
-    try:
-        infos = [item.lstat() for item in chain]
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"cannot be checked ({exc.strerror})"
-    for index, (item, info) in enumerate(zip(chain[:-1], infos[:-1], strict=True)):
-        refusal = _directory_refusal(item, info, infos[index + 1], index == len(chain) - 2,
-                                     trusted)
-        if refusal is not None:
-            return refusal
-    file = infos[-1]
-    if not stat.S_ISREG(file.st_mode):
-        return "not a regular file (symbolic links are not followed)"
-    if file.st_mode & _OTHERS_WRITE:
-        return "writable by its group or others"
-    limit = _MAX_CONF_BYTES if path.name == deferral.CONF_NAME else _MAX_BEAT_BYTES
-    return f"larger than {limit} bytes" if file.st_size > limit else None
-
-
-_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
-_MAX_CONF_BYTES, _MAX_BEAT_BYTES = 8192, 256  # the plugin's MAX_CONF_BYTES, MAX_BEAT_BYTES
-
-
-def _directory_refusal(item: Path, info: os.stat_result, below: os.stat_result, parent: bool,
-                       trusted: frozenset[int]) -> str | None:
-    if not stat.S_ISDIR(info.st_mode):
-        return f"{item} is not a directory (symbolic links are not followed)"
-    if parent:
-        return f"its directory {item} is writable by others" \
-            if info.st_mode & _OTHERS_WRITE else None
-    if info.st_uid not in trusted:
-        return f"{item} belongs to uid {info.st_uid}, not root or slurmctld's user"
-    if info.st_mode & _OTHERS_WRITE:
-        if not info.st_mode & stat.S_ISVTX:
-            return f"{item} is writable by others"
-        if below.st_uid not in trusted:
-            return (f"the entry below the shared directory {item} belongs to uid "
-                    f"{below.st_uid}, not root or slurmctld's user")
-    return None
 
 
 def _not_installed(slurm_conf_text: str, conf_dir: Path) -> str | None:

@@ -160,11 +160,9 @@ def _warn_if_untrusted(cluster: DevCluster) -> None:
     SlurmUser (docs/operations.md, "Trust model"); a root under a user's home directory
     fails that, and the cluster then defers no job. Said on stderr: ``eval "$(... env)"``
     reads stdout only."""
-    from slurm_rl.ops.plugin_check import plugin_refuses
-
     trusted = frozenset({0, pwd.getpwnam(cluster.config.slurm_user).pw_uid})
     conf = cluster.slurm_conf.parent / deferral.CONF_NAME
-    refusal = plugin_refuses(conf, trusted)
+    refusal = deferral.plugin_refuses(conf, trusted)
     if refusal is not None:
         click.echo(f"warning: the cluster's job_submit plugin will not read {conf}: {refusal}, "
                    "so it defers no job; fix: a --root whose every directory above belongs "

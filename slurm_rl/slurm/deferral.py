@@ -3,10 +3,15 @@
 The Lua plugin reads ``job_submit_slurm_rl.conf`` next to itself and defers new GPU jobs only
 while the heartbeat file holds a recent Unix time. The daemon calls :func:`beat` every cycle;
 if it stops, new jobs stop being deferred within ``heartbeat_max_age_s`` seconds.
+:func:`plugin_refuses` is the plugin's own check of a file before it reads one (its trust
+model), which ``slurm-rl selftest`` and ``slurm-rl devcluster`` apply to warn ahead.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,4 +103,58 @@ def deferred_until(admin_comment: str) -> float | None:
                 return float(part[len(DEFERRAL_TAG) :])
             except ValueError:
                 return None
+    return None
+
+
+def plugin_refuses(path: Path, trusted: frozenset[int]) -> str | None:
+    """Why plugins/job_submit.lua would not read ``path`` (None: it would, or the file is not
+    there, which the plugin reads as defaults or "daemon down"). The same rules as the
+    plugin's check_file: no symbolic link on the path; the file's directory writable by its
+    owner only; every directory above it of root or slurmctld's user (``trusted``) and
+    writable by its owner only, unless sticky with a trusted entry below it; the file
+    regular, not writable by group or others, and small."""
+    text = str(path)
+    if not path.is_absolute() or any(part in (".", "..") for part in path.parts) \
+            or re.search(r"[\x00-\x1f\x7f']", text):
+        return "not a plain absolute path"
+    chain = [Path(*path.parts[: i + 1]) for i in range(len(path.parts))]
+    try:
+        infos = [item.lstat() for item in chain]
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be checked ({exc.strerror})"
+    for index, (item, info) in enumerate(zip(chain[:-1], infos[:-1], strict=True)):
+        refusal = _directory_refusal(item, info, infos[index + 1], index == len(chain) - 2,
+                                     trusted)
+        if refusal is not None:
+            return refusal
+    file = infos[-1]
+    if not stat.S_ISREG(file.st_mode):
+        return "not a regular file (symbolic links are not followed)"
+    if file.st_mode & _OTHERS_WRITE:
+        return "writable by its group or others"
+    limit = _MAX_CONF_BYTES if path.name == CONF_NAME else _MAX_BEAT_BYTES
+    return f"larger than {limit} bytes" if file.st_size > limit else None
+
+
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+_MAX_CONF_BYTES, _MAX_BEAT_BYTES = 8192, 256  # the plugin's MAX_CONF_BYTES, MAX_BEAT_BYTES
+
+
+def _directory_refusal(item: Path, info: os.stat_result, below: os.stat_result, parent: bool,
+                       trusted: frozenset[int]) -> str | None:
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{item} is not a directory (symbolic links are not followed)"
+    if parent:
+        return f"its directory {item} is writable by others" \
+            if info.st_mode & _OTHERS_WRITE else None
+    if info.st_uid not in trusted:
+        return f"{item} belongs to uid {info.st_uid}, not root or slurmctld's user"
+    if info.st_mode & _OTHERS_WRITE:
+        if not info.st_mode & stat.S_ISVTX:
+            return f"{item} is writable by others"
+        if below.st_uid not in trusted:
+            return (f"the entry below the shared directory {item} belongs to uid "
+                    f"{below.st_uid}, not root or slurmctld's user")
     return None
