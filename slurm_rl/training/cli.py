@@ -91,6 +91,29 @@ def train_command(**options: Any) -> None:
                   f"{meta['metrics']['wall_s']:.0f} s)", highlight=False)
 
 
+def _names(text: str | None, option: str) -> list[str] | None:
+    """A comma-separated option's names; None when not given; naming none is an error."""
+    if text is None:
+        return None
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise InputError(f"{option} names nothing")
+    return names
+
+
+def _loads(ctx: click.Context, param: click.Parameter, value: str | None
+           ) -> tuple[float, ...] | None:
+    """``--loads``: :func:`~slurm_rl.training.sweep.parse_loads`'s rules, one clear line."""
+    from slurm_rl.training.sweep import parse_loads
+
+    if value is None:
+        return None
+    try:
+        return parse_loads(value)
+    except InputError as error:
+        raise click.BadParameter(error.reason, ctx, param) from None
+
+
 @click.command("evaluate")
 @click.option("--bundle", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Policy bundle (default: the shipped policies/default).")
@@ -102,6 +125,8 @@ def train_command(**options: Any) -> None:
               show_default=True)
 @click.option("--placements", default=",".join(PLACEMENTS), show_default=True,
               help="Heuristic placements each baseline ordering is tried with.")
+@click.option("--orderings", default=None,
+              help="Only these baseline orderings (comma-separated; default: every one).")
 @click.option("--no-ablations", "no_ablations", is_flag=True, help="Only the dual agent.")
 @click.option("--no-comm-bundle", "no_comm_bundle", default=None,
               type=click.Path(file_okay=False, path_type=Path),
@@ -114,6 +139,10 @@ def train_command(**options: Any) -> None:
 @click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=1),
               help="Replay each policy under this many machine-fluctuation seeds (the "
                    "cluster's, then +1, +2, ...); the verdict compares the means.")
+@click.option("--loads", default=None, callback=_loads,
+              help="A load sweep: replay at each of these offered loads (e.g. "
+                   "0.5,0.7,0.85,1.0) by scaling the cluster's node groups; writes sweep.md, "
+                   "sweep.json and plots (docs/sweep.md).")
 @checkpoint_options
 def evaluate_command(**options: Any) -> None:
     """Replay held-out windows with the dual agent, its ablations and every baseline."""
@@ -133,13 +162,16 @@ def evaluate_command(**options: Any) -> None:
         "checkpointable": options["checkpointable"],
         "restart_overhead_s": options["restart_overhead_s"],
     })
-    placements = [p.strip() for p in options["placements"].split(",") if p.strip()]
-    if not placements:
-        raise InputError("--placements names no placement")
+    placements = _names(options["placements"], "--placements")
+    assert placements is not None
     specs = evaluation_specs(str(bundle), placements=placements,
                              ablations=not options["no_ablations"],
-                             no_comm_bundle=str(options["no_comm_bundle"] or "") or None)
+                             no_comm_bundle=str(options["no_comm_bundle"] or "") or None,
+                             orderings=_names(options["orderings"], "--orderings"))
     workers = options["workers"] or os.cpu_count() or 1
+    if options["loads"] is not None:
+        _sweep(scenario, specs, workers, options)
+        return
     scenarios = [scenario.replica(k) for k in range(options["replicas"])]
     results = replay_replicas(scenarios, specs, workers, progress=True)
     path = write_evaluation(results, scenarios, options["report_dir"], meta)
@@ -147,3 +179,46 @@ def evaluate_command(**options: Any) -> None:
     console.print(path.read_text(), highlight=False)
     console.print(f"criteria {'met' if verdict['met'] else 'not met'}; report: {path}",
                   highlight=False)
+
+
+def _sweep(scenario: Any, specs: Any, workers: int, options: dict[str, Any]) -> None:
+    import time
+
+    from slurm_rl.training.sweep import run_sweep
+    from slurm_rl.training.sweep_report import write_sweep
+
+    started = time.perf_counter()
+    runs = run_sweep(scenario, options["loads"], specs, options["replicas"], workers,
+                     progress=True)
+    path = write_sweep(runs, scenario.cluster, options["report_dir"], _sweep_command(options),
+                       time.perf_counter() - started)
+    console.print(f"sweep: {len(runs.points)} loads x {runs.replicas} replicas x "
+                  f"{len(runs.policies)} policies in {time.perf_counter() - started:.0f} s; "
+                  f"report: {path}", highlight=False)
+
+
+def _sweep_command(options: dict[str, Any]) -> str:
+    """The command that reproduces this sweep, every option that shapes it spelled out."""
+    import shlex
+
+    words = ["slurm-rl", "evaluate", "--trace", options["trace"], "--cluster",
+             options["cluster"]]
+    if options["window_spec"]:
+        words += ["--window", options["window_spec"]]
+    if options["orderings"]:
+        words += ["--orderings", options["orderings"]]
+    words += ["--mode", options["mode"], "--placements", options["placements"],
+              "--loads", ",".join(f"{load:g}" for load in options["loads"]),
+              "--replicas", str(options["replicas"]), "--seed", str(options["seed"])]
+    if options["bundle"]:
+        words += ["--bundle", str(options["bundle"])]
+    if options["no_ablations"]:
+        words.append("--no-ablations")
+    if options["no_comm_bundle"]:
+        words += ["--no-comm-bundle", str(options["no_comm_bundle"])]
+    if options["checkpointable"]:
+        words += [f"--checkpointable={options['checkpointable']:g}",
+                  "--restart-overhead", f"{options['restart_overhead_s']:g}"]
+    if options["workers"]:
+        words += ["--workers", str(options["workers"])]
+    return shlex.join([*words, "--report", str(options["report_dir"])])

@@ -25,12 +25,12 @@ import multiprocessing
 import random
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -53,10 +53,12 @@ from slurm_rl.agents.ordering.agent import (
 )
 from slurm_rl.agents.ordering.network import DualNetwork, NetworkConfig
 from slurm_rl.agents.registry import make_scheduler
+from slurm_rl.errors import InputError
 from slurm_rl.report import write_report
 from slurm_rl.scenario import ReplayResult, Scenario, replay
 from slurm_rl.scheduler import Scheduler
 
+T = TypeVar("T")
 PLACEMENTS = tuple(baseline_placements())
 JCT_TARGET = 0.15
 HOUR = 3600.0
@@ -103,7 +105,8 @@ def fresh_replay_state(seed: int = 0) -> None:
     random.seed(seed)
 
 
-def _replay(scenario: Scenario, spec: PolicySpec) -> ReplayResult:
+def replay_spec(scenario: Scenario, spec: PolicySpec) -> ReplayResult:
+    """One policy on one scenario, from :func:`fresh_replay_state`."""
     fresh_replay_state()
     return replay(scenario, make_policy(spec), policy_id=spec.label)
 
@@ -119,19 +122,28 @@ def replay_replicas(scenarios: Sequence[Scenario], specs: Sequence[PolicySpec], 
     """Every policy on every scenario (one list per scenario, policies in order), all in one
     pool so that replicas run side by side."""
     tasks = [(scenario, spec) for scenario in scenarios for spec in specs]
-    if workers <= 1:
-        flat = [_replay(scenario, spec) for scenario, spec in tasks]
-    else:
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(min(workers, len(tasks)), context) as pool:
-            futures = [pool.submit(_replay, scenario, spec) for scenario, spec in tasks]
-            _wait(futures, progress)
-            flat = [f.result() for f in futures]
+    flat = pool_map(replay_spec, tasks, workers, progress=progress)
     n = len(specs)
     return [flat[i * n:(i + 1) * n] for i in range(len(scenarios))]
 
 
-def _wait(futures: list[Future[ReplayResult]], progress: bool) -> None:
+def pool_map(function: Callable[[Scenario, PolicySpec], T],
+             tasks: Sequence[tuple[Scenario, PolicySpec]], workers: int, *,
+             progress: bool = False) -> list[T]:
+    """``function(scenario, spec)`` of every task, in task order: in this process with one
+    worker, else in spawned worker processes (torch and fork do not mix). ``function`` must
+    be a module-level function (it is pickled by name) that starts each replay from
+    :func:`fresh_replay_state`, so that results do not depend on which worker ran what."""
+    if workers <= 1:
+        return [function(scenario, spec) for scenario, spec in tasks]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(min(workers, len(tasks)), context) as pool:
+        futures = [pool.submit(function, scenario, spec) for scenario, spec in tasks]
+        _wait(futures, progress)
+        return [f.result() for f in futures]
+
+
+def _wait(futures: Sequence[Future[Any]], progress: bool) -> None:
     columns = (TextColumn("{task.description}"), BarColumn(),
                TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
     with Progress(*columns, disable=not progress, transient=True) as bar:
@@ -142,8 +154,16 @@ def _wait(futures: list[Future[ReplayResult]], progress: bool) -> None:
 
 
 def evaluation_specs(bundle: str, *, placements: Sequence[str] = PLACEMENTS,
-                     ablations: bool = True, no_comm_bundle: str | None = None) -> list[PolicySpec]:
-    orderings = (*realisable_orderings(), *reference_orderings())
+                     ablations: bool = True, no_comm_bundle: str | None = None,
+                     orderings: Sequence[str] | None = None) -> list[PolicySpec]:
+    """Every baseline ordering (or those named) with each placement, the dual agent and,
+    with ``ablations``, its three ablations."""
+    known = (*realisable_orderings(), *reference_orderings())
+    for name in orderings or ():
+        if name not in known:
+            raise InputError(f"--orderings: unknown baseline ordering {name!r} (known: "
+                             f"{', '.join(known)})")
+    orderings = known if orderings is None else [o for o in known if o in orderings]
     baselines = [policy_name(o, p) for o in orderings for p in placements]
     specs = [PolicySpec(name, baseline=name) for name in baselines]
     specs.append(PolicySpec("dual-agent", variant="dual", bundle=bundle))
