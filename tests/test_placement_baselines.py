@@ -9,11 +9,12 @@ from __future__ import annotations
 import pytest
 
 from slurm_rl.agents import names
-from slurm_rl.agents.base import PlacementContext, PlacementPolicy
+from slurm_rl.agents.base import PlacementContext
 from slurm_rl.agents.placement_baselines import HEURISTICS
 from slurm_rl.agents.registry import baseline_names, make_scheduler
 from slurm_rl.core import Cluster, ClusterSnapshot, Job, Node
 from slurm_rl.live_policy import check_name
+from slurm_rl.policy import PlacementPolicy
 from slurm_rl.training.evaluate import PLACEMENTS
 
 SPEED = {"A100": 2.0, "V100": 1.0}

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from slurm_rl.agents.base import OrderingPolicy, PlacementContext, PlacementPolicy
+from slurm_rl.agents.base import PlacementContext
 from slurm_rl.agents.ordering_baselines import (
     AGED_SUFFIX,
     AgeGuarded,
@@ -29,6 +29,7 @@ from slurm_rl.agents.ordering_baselines import (
 )
 from slurm_rl.agents.placement_baselines import HEURISTICS
 from slurm_rl.errors import SlurmRLError, UnknownNameError
+from slurm_rl.policy import OrderingPolicy, PlacementPolicy
 
 SEPARATOR = "+"
 #: The placement every ordering is compared with, Slurm's own among equal nodes.

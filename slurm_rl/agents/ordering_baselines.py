@@ -10,9 +10,9 @@ from statistics import median
 
 import numpy as np
 
-from slurm_rl.agents.base import OrderingPolicy, Scores
 from slurm_rl.agents.starvation import STARVATION_S, promote_starved
 from slurm_rl.core import ClusterSnapshot, Job
+from slurm_rl.policy import OrderingPolicy, Scores
 
 #: The name of an ordering's age-guarded twin: ``<ordering>-aged``.
 AGED_SUFFIX = "-aged"

@@ -11,9 +11,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from slurm_rl.agents.base import PlacementContext, PlacementPolicy
+from slurm_rl.agents.base import PlacementContext
 from slurm_rl.agents.nodesets import place_in_order
 from slurm_rl.core import Cluster, ClusterSnapshot, Job, Placement
+from slurm_rl.policy import PlacementPolicy
 
 
 class _OrderedPlacement:

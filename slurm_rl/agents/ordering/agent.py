@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from slurm_rl import __version__
-from slurm_rl.agents.base import OrderingPolicy, PlacementContext, PlacementPolicy, Scores
+from slurm_rl.agents.base import PlacementContext
 from slurm_rl.agents.names import naming_help, parse
 from slurm_rl.agents.ordering.candidates import CANDIDATE_FEATURES, CandidateGenerator
 from slurm_rl.agents.ordering.features import (
@@ -43,6 +43,7 @@ from slurm_rl.agents.starvation import STARVATION_H, STARVATION_S, promote_starv
 from slurm_rl.core import ClusterSnapshot
 from slurm_rl.errors import SlurmRLError, UnknownNameError
 from slurm_rl.paths import shipped
+from slurm_rl.policy import OrderingPolicy, PlacementPolicy, Scores
 from slurm_rl.scheduler import Scheduler
 
 BUNDLE_FORMAT = "slurm-rl-policy-bundle/1"
@@ -95,7 +96,7 @@ def masked_scores(raw: FloatArray, valid: BoolArray) -> FloatArray:
 
 
 class OrderingAgent:
-    """The learned :class:`~slurm_rl.agents.base.OrderingPolicy` (docs/ordering-agent.md)."""
+    """The learned :class:`~slurm_rl.policy.OrderingPolicy` (docs/ordering-agent.md)."""
 
     def __init__(self, network: OrderingNetwork, builder: FeatureBuilder,
                  messenger: Messenger, name: str = "rl",

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slurm_rl.agents.base import PlacementPolicy
 from slurm_rl.agents.ordering.features import FeatureBuilder, FloatArray, IntArray
 from slurm_rl.agents.rwgp.placement import CandidateFeatures, RwgpPlacement
 from slurm_rl.core import Cluster, ClusterSnapshot, Job, Placement
+from slurm_rl.policy import PlacementPolicy
 
 CANDIDATE_FEATURES: tuple[str, ...] = (
     "pace",

@@ -1,6 +1,6 @@
 """The learned placement agent: a chooser proposes one node set per GPU type, a head picks.
 
-:class:`LearnedPlacement` is a plain :class:`~slurm_rl.agents.base.PlacementPolicy`, so it runs
+:class:`LearnedPlacement` is a plain :class:`~slurm_rl.policy.PlacementPolicy`, so it runs
 under the project's :class:`~slurm_rl.scheduler.Scheduler` like any heuristic. It picks the
 head's argmax; the training rollouts override :meth:`LearnedPlacement.choose` to sample from the
 head's softmax (or follow a teacher) and record each choice for PPO. Moving running jobs
@@ -16,12 +16,12 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from slurm_rl.agents.base import ExcludingPlacement, MigratingPlacement
 from slurm_rl.agents.ordering.candidates import CandidateGenerator, CandidateSet
 from slurm_rl.agents.ordering.features import FeatureBuilder, FloatArray
 from slurm_rl.agents.ordering.messages import Messenger
 from slurm_rl.agents.ordering.network import PlacementHead
 from slurm_rl.core import ClusterSnapshot, Job, JobId, Placement
+from slurm_rl.policy import ExcludingPlacement, MigratingPlacement
 
 
 def _any_movable(snapshot: ClusterSnapshot) -> bool:
