@@ -8,6 +8,10 @@ come from, and how to run a command in one of its containers. Commands go throug
 Environment read by :func:`from_env` (the ``--slurm-cluster=compose`` fixture):
 ``SLURM_RL_COMPOSE_PROJECT`` (default: compose's own, the directory name) and
 ``SLURM_RL_DEBIAN`` (bookworm, trixie or sid; default trixie, as in docker-compose.yml).
+``SLURM_RL_COMPOSE`` picks the compose program (scripts/compose-test.sh sets it to the one
+that brought the project up): ``v2`` Docker's plugin, ``docker compose``; ``v1`` the
+``docker-compose`` command (on Debian 12 compose 1.29.2); unset, the plugin where the docker
+CLI has one (``DOCKER_CONFIG`` may point it at one: scripts/docker-engine.sh compose-plugin).
 """
 
 from __future__ import annotations
@@ -30,12 +34,23 @@ class ComposeError(RuntimeError):
     """The compose cluster could not be reached, started or stopped (one line)."""
 
 
+COMPOSE_PROGRAMS = {"v2": ("docker", "compose"), "v1": ("docker-compose",)}
+
+
 def compose_base() -> tuple[str, ...]:
-    """``docker compose`` (the v2 plugin) where it exists, else Debian's ``docker-compose``."""
-    if shutil.which("docker") and run_command(("docker", "compose", "version"), 30.0).ok:
-        return ("docker", "compose")
-    if shutil.which("docker-compose"):
-        return ("docker-compose",)
+    """The compose program SLURM_RL_COMPOSE names; unset, ``docker compose`` (the v2 plugin)
+    where it exists, else ``docker-compose``."""
+    wanted = os.environ.get("SLURM_RL_COMPOSE") or None
+    if wanted is not None and wanted not in COMPOSE_PROGRAMS:
+        raise ComposeError(f"SLURM_RL_COMPOSE={wanted!r}: one of {', '.join(COMPOSE_PROGRAMS)}")
+    if wanted in (None, "v2") and shutil.which("docker") \
+            and run_command(("docker", "compose", "version"), 30.0).ok:
+        return COMPOSE_PROGRAMS["v2"]
+    if wanted in (None, "v1") and shutil.which("docker-compose"):
+        return COMPOSE_PROGRAMS["v1"]
+    if wanted == "v2":
+        raise ComposeError("SLURM_RL_COMPOSE=v2 but the docker CLI has no compose plugin "
+                           "(scripts/docker-engine.sh compose-plugin gets one)")
     raise ComposeError("neither 'docker compose' nor 'docker-compose' is installed "
                        "(scripts/docker-engine.sh installs them)")
 
