@@ -118,6 +118,7 @@ def main() -> None:
 @fairness_option
 def simulate(**options: Any) -> None:
     """Replay a trace on a simulated cluster with several policies and compare them."""
+    # lazy: the simulator and matplotlib (reports), which the other subcommands do not need
     from slurm_rl.simulate_command import run_simulate
 
     run_simulate(console, **options)

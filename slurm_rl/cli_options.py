@@ -10,6 +10,10 @@ from typing import Any, TypeVar
 
 import click
 
+from slurm_rl.fairness import DEFAULT_MAX_WAIT_RATIO
+from slurm_rl.scenario import PERFORMANCE_MODES
+from slurm_rl.simulator.slurm_emulation import SLURM_SCHEDULERS
+
 F = TypeVar("F", bound=Callable[..., object])
 
 
@@ -69,8 +73,6 @@ def checkpoint_options(command: F) -> F:
 def fairness_option(command: F) -> F:
     """``--fairness-max-wait-ratio``: the fairness guard's bound in a replay
     (docs/fairness.md); by default the daemon's, so a replay ranks as the daemon would."""
-    from slurm_rl.fairness import DEFAULT_MAX_WAIT_RATIO
-
     return click.option(
         "--fairness-max-wait-ratio", "fairness_max_wait_ratio", default=None,
         type=FiniteFloat(min=0.0, max=1_000_000.0),
@@ -84,9 +86,6 @@ def world_options(command: F) -> F:
     """``--performance`` and ``--slurm-scheduler``: how fast replayed jobs run
     (``Scenario.performance``) and which slurmctld scheduler ``slurm`` mode emulates
     (``SimConfig.slurm_scheduler``); see docs/slurm-emulation.md."""
-    from slurm_rl.scenario import PERFORMANCE_MODES
-    from slurm_rl.simulator.slurm_emulation import SLURM_SCHEDULERS
-
     command = click.option(
         "--slurm-scheduler", "slurm_scheduler", type=click.Choice(SLURM_SCHEDULERS),
         default=None,

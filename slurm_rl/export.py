@@ -28,9 +28,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from slurm_rl.cli_options import WritableDir
+from slurm_rl.config import store_command_config
 from slurm_rl.errors import InputError, SlurmRLError
 from slurm_rl.ops.safe_text import csv_cell, error_line
 from slurm_rl.store.models import CycleRow, DecisionRow, JobRow, OutcomeRow
+from slurm_rl.store.repository import make_engine, require_store, shown_url
 
 TABLES: dict[str, Any] = {"cycles": CycleRow, "jobs": JobRow, "decisions": DecisionRow,
                           "outcomes": OutcomeRow}
@@ -159,6 +161,7 @@ def _write_csv(handle: IO[str], columns: list[str], rows: Iterator[dict[str, Any
 
 
 def _write_parquet(path: Path, columns: list[str], rows: Iterator[dict[str, Any]]) -> int:
+    # lazy: pyarrow is optional (the 'export' extra) and only --format parquet needs it
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -172,8 +175,6 @@ def run_export(url: str, since: float, output: Path, fmt: str,
                tables: Sequence[str]) -> dict[str, int]:
     """:func:`export` from the store at ``url``; a store that cannot be read is one line
     naming it (its password as ***)."""
-    from slurm_rl.store.repository import make_engine, require_store, shown_url
-
     require_store(url)
     engine = make_engine(url)
     try:
@@ -201,8 +202,6 @@ def run_export(url: str, since: float, output: Path, fmt: str,
 def export_command(config_path: Path | None, store_url: str | None, since: str, fmt: str,
                    output: Path, tables: str) -> None:
     """Export cycles, jobs, decisions and outcomes since a time to CSV or Parquet."""
-    from slurm_rl.config import store_command_config
-
     chosen = [t.strip() for t in tables.split(",") if t.strip()]
     unknown = [t for t in chosen if t not in TABLES]
     if unknown or not chosen:
@@ -210,7 +209,7 @@ def export_command(config_path: Path | None, store_url: str | None, since: str, 
                          f"(known: {', '.join(TABLES)})")
     if fmt == "parquet":
         try:
-            import pyarrow  # noqa: F401
+            import pyarrow  # noqa: F401  # lazy: optional; is it installed?
         except ImportError:
             raise InputError("--format parquet needs pyarrow: pip install 'slurm-rl[export]' "
                              "(or use --format csv)") from None

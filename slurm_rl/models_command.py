@@ -10,15 +10,16 @@ import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
+from sqlalchemy.exc import SQLAlchemyError
 
+from slurm_rl.config import store_command_config
 from slurm_rl.errors import InputError, SlurmRLError
 from slurm_rl.ops.safe_text import error_line, terminal_text
-
-if TYPE_CHECKING:
-    from slurm_rl.store.registry import ModelRegistry
+from slurm_rl.retrain.window import RetrainSkipped, check_schema
+from slurm_rl.store.registry import ModelRegistry
+from slurm_rl.store.repository import make_engine, require_store, shown_url
 
 # Version numbers are the store's INTEGER key: 32 bits in PostgreSQL.
 MAX_VERSION = 2**31 - 1
@@ -33,11 +34,6 @@ _config = click.option("--config", "config_path", default=None,
 
 def _registry(config_path: Path | None, store_url: str | None) -> tuple[ModelRegistry, str]:
     """The registry of the store, and that store's URL as it may be shown (password ***)."""
-    from slurm_rl.config import store_command_config
-    from slurm_rl.retrain.window import RetrainSkipped, check_schema
-    from slurm_rl.store.registry import ModelRegistry
-    from slurm_rl.store.repository import make_engine, require_store, shown_url
-
     config = store_command_config(config_path, store_url)
     require_store(config.store)
     shown = shown_url(config.store)
@@ -52,8 +48,6 @@ def _registry(config_path: Path | None, store_url: str | None) -> tuple[ModelReg
 @contextlib.contextmanager
 def _using(shown: str, doing: str) -> Iterator[None]:
     """A store error (locked, read-only, gone) as one line naming the store."""
-    from sqlalchemy.exc import SQLAlchemyError
-
     try:
         yield
     except SQLAlchemyError as exc:

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from slurm_rl.agents.registry import baseline_names, is_learned, make_scheduler, takes_fee_weight
 from slurm_rl.errors import InputError
 from slurm_rl.fairness import RankingRules
+from slurm_rl.replicas import print_means, replicas_json, write_reports
 from slurm_rl.report import as_json, print_table, write_report
 from slurm_rl.scenario import ReplayResult, Scenario, replay
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
@@ -144,8 +145,6 @@ def run_simulate(console: Console, **options: Any) -> list[ReplayResult]:
 
 def _simulate_replicas(console: Console, scenario: Scenario, runs: list[PolicyRun],
                        replicas: int, options: dict[str, Any]) -> list[ReplayResult]:
-    from slurm_rl.replicas import print_means, replicas_json, write_reports
-
     scenarios = [scenario.replica(k) for k in range(replicas)]
     tasks = [(s, run) for s in scenarios for run in runs]
     flat = replay_tasks(tasks, options["workers"], quiet=options["as_json"])

@@ -84,7 +84,8 @@ class PlacementEntry:
 
 
 def _rwgp(context: PlacementContext) -> PlacementPolicy:
-    """The RWGP placement agent; imported on use (it pulls in torch and gpytorch)."""
+    """The RWGP placement agent."""
+    # lazy: the RWGP pulls in torch and gpytorch, which no other name needs
     from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
 
     if context.fee_weight is None:

@@ -45,6 +45,7 @@ def make_scheduler(
     bundle, with the bundle's own walk and λ."""
     policy = names.parse(name)
     if policy.learned:
+        # lazy: the learned agents import torch; baselines need none of it
         from slurm_rl.agents.ordering.agent import registry_scheduler
 
         return with_rules(registry_scheduler(name, gpu_speed, seed=seed), rules)

@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 
 from slurm_rl.core import FinishedJob, Job
 from slurm_rl.daemon.jobcomp import CompletedJob, core_job, exit_code_of, node_list, outcomes
+from slurm_rl.slurm.actuator import slurm_time
 from slurm_rl.slurm.errors import SlurmError, SlurmOutputError
 from slurm_rl.slurm.proc import Runner
 from slurm_rl.slurm.records import FINISHED_STATES
@@ -42,8 +43,6 @@ CHUNK = 200  # job ids per sacct call
 
 def sacct_argv(job_ids: Sequence[str], since: float) -> tuple[str, ...]:
     """The allocations (no steps) of ``job_ids``, looked for from ``since`` until now."""
-    from slurm_rl.slurm.actuator import slurm_time
-
     return ("sacct", "--parsable2", "--noheader", "--allocations", "--allusers",
             f"--jobs={','.join(job_ids)}", "--starttime", slurm_time(since), "--endtime", "now",
             f"--format={','.join(FIELDS)}")

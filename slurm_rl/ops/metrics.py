@@ -32,6 +32,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from slurm_rl.fairness import Reranking, find_reranking
+from slurm_rl.slurm import errors
 from slurm_rl.slurm.waiting import WAIT_KINDS
 
 log = logging.getLogger("slurm_rl.daemon")
@@ -44,6 +45,7 @@ def model_version(policy: str, bundle: Path | None, learned: bool) -> str:
     so a retrain that goes live by SIGHUP shows as a new version."""
     if not learned:
         return "builtin"
+    # lazy: the agent module imports torch, which only a learned policy needs
     from slurm_rl.agents.ordering.agent import default_bundle_path
 
     weights = (bundle or default_bundle_path()) / "weights.pt"
@@ -167,8 +169,6 @@ class DaemonMetrics:
 
 def error_kind(error: BaseException) -> str | None:
     """The metric label of a skipped cycle's error (None when Slurm was not the cause)."""
-    from slurm_rl.slurm import errors
-
     for cls, kind in ((errors.SlurmTimeoutError, "timeout"),
                       (errors.SlurmUnavailableError, "unreachable"),
                       (errors.SlurmOutputError, "output"),

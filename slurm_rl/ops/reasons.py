@@ -222,7 +222,7 @@ def _rwgp_loss(alt: Any, best: Any) -> str:
 def _learned_alternatives(
     policy: Any, job: Job, free: Sequence[int], snapshot: ClusterSnapshot, chosen: Placement
 ) -> Why:
-    import torch
+    import torch  # lazy: only a learned placement is explained with it
 
     found = policy.generator.candidates(job, free, snapshot)
     if len(found) < 2:

@@ -34,7 +34,7 @@ from slurm_rl.errors import InputError, SlurmRLError
 from slurm_rl.ops.common import load, open_store, reading
 from slurm_rl.ops.safe_text import error_line
 from slurm_rl.ops.safe_text import terminal_text as safe
-from slurm_rl.slurm.actuator import before_values
+from slurm_rl.slurm.actuator import before_values, slurm_time
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.deferral import deferred_until
 from slurm_rl.slurm.proc import CommandResult, make_runner
@@ -142,8 +142,6 @@ def _start_time(job: SlurmJob, before: Mapping[str, str], now: float) -> dict[st
     if original.isdigit() and float(original) > now + 1:
         target = float(original)
         if job.eligible_time is None or abs(job.eligible_time - target) > 1:
-            from slurm_rl.slurm.actuator import slurm_time
-
             return {"StartTime": slurm_time(target)}
         return {}
     return {"StartTime": "now"} if deferred else {}

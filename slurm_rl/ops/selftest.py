@@ -29,14 +29,17 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from slurm_rl.config import DaemonConfig
 from slurm_rl.errors import SlurmRLError
+from slurm_rl.live_policy import is_learned, make_policy
 from slurm_rl.ops import plugin_check
 from slurm_rl.ops.common import load, open_store, safe
+from slurm_rl.ops.metrics import model_version
 from slurm_rl.safefile import UnsafePathError, require_private_dir
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.proc import Runner, make_runner
 from slurm_rl.slurm.records import SlurmJob
 from slurm_rl.slurm.source import in_partitions
 from slurm_rl.store import migrate
+from slurm_rl.store.models import CycleRow
 from slurm_rl.store.repository import Store, sqlite_file
 
 DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
@@ -321,8 +324,6 @@ def _made_state_dir(config: DaemonConfig, folder: Path) -> bool:
 
 
 def _schema_state(store: Store) -> Check:
-    from slurm_rl.store.models import CycleRow
-
     url = store.engine.url.render_as_string(hide_password=True)
     try:
         current, head = migrate.revisions(store.engine)
@@ -344,9 +345,6 @@ def _schema_state(store: Store) -> Check:
 
 
 def check_model(config: DaemonConfig) -> Check:
-    from slurm_rl.live_policy import is_learned, make_policy
-    from slurm_rl.ops.metrics import model_version
-
     try:
         make_policy(config.policy, seed=config.seed, bundle=config.policy_bundle)
     except SlurmRLError as exc:

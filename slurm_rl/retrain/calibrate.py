@@ -98,7 +98,7 @@ def refit_gp(window: LoggedWindow, path: Path
     the fit's negative log marginal likelihood per reading (NaN with fewer than 8 readings:
     the prior's hyperparameters stay), the number of readings, and the refit
     hyperparameters (None when there was no fit)."""
-    from slurm_rl.agents.rwgp.model import RwgpModel
+    from slurm_rl.agents.rwgp.model import RwgpModel  # lazy: torch and gpytorch
 
     cluster = Cluster(window.cluster, tuple(window.nodes))
     model = RwgpModel(cluster)

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from slurm_rl.cli_options import FiniteFloat
-from slurm_rl.errors import InputError
+from slurm_rl.config import DaemonConfig, store_command_config
+from slurm_rl.errors import InputError, SlurmRLError
+from slurm_rl.live_policy import make_policy
+from slurm_rl.retrain.gate import GateSettings
+from slurm_rl.store.repository import require_store
 
 if TYPE_CHECKING:
-    from slurm_rl.config import DaemonConfig
     from slurm_rl.retrain.run import RetrainSettings
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -73,9 +77,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 def retrain_command(config_path: Path | None, store_url: str | None, **options: object) -> None:
     """Retrain the agents on the store's logged window; promote the result only if the gate
     finds it better than the current policy by the margin."""
-    from slurm_rl.config import store_command_config
-    from slurm_rl.retrain.run import retrain
-    from slurm_rl.store.repository import require_store
+    from slurm_rl.retrain.run import retrain  # lazy: fine-tuning imports torch
 
     if not logging.getLogger().handlers:  # progress and problems on stderr
         logging.basicConfig(stream=sys.stderr, format=LOG_FORMAT, level=logging.WARNING)
@@ -91,9 +93,7 @@ def retrain_command(config_path: Path | None, store_url: str | None, **options: 
 def check_usable(settings: RetrainSettings) -> None:
     """The policy and the bundles build before the store is read: a bad argument is one
     line and exit 2, not hidden behind "retrain skipped" while the logs are thin."""
-    from slurm_rl.agents.ordering.agent import BundleError, load_bundle
-    from slurm_rl.errors import SlurmRLError
-    from slurm_rl.live_policy import make_policy
+    from slurm_rl.agents.ordering.agent import BundleError, load_bundle  # lazy: torch
 
     try:
         make_policy(settings.policy, bundle=settings.policy_bundle)
@@ -108,10 +108,8 @@ def check_usable(settings: RetrainSettings) -> None:
 
 
 def settings_from(config: DaemonConfig, options: dict[str, object]) -> RetrainSettings:
-    from dataclasses import replace
-
+    # lazy: fine-tuning (finetune, run) imports torch
     from slurm_rl.retrain.finetune import FinetuneSettings
-    from slurm_rl.retrain.gate import GateSettings
     from slurm_rl.retrain.run import RetrainSettings
 
     def pick(name: str, default: object) -> object:

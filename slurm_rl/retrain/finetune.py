@@ -13,8 +13,12 @@ import numpy as np
 import torch
 
 from slurm_rl import __version__
+from slurm_rl.agents.ordering.agent import PLACEMENT_GP, load_bundle, save_bundle
 from slurm_rl.retrain.calibrate import Calibration
-from slurm_rl.training.rollout import EpisodeSpec
+from slurm_rl.training.objectives import ReturnScaler
+from slurm_rl.training.pool import RolloutPool, WorldSpec
+from slurm_rl.training.ppo import Args, _rewards, ppo_update
+from slurm_rl.training.rollout import EpisodeSpec, RolloutConfig
 
 
 @dataclass(frozen=True)
@@ -47,12 +51,6 @@ def finetune(base: Path, calibration: Calibration, output: Path,
     """Writes the candidate bundle to ``output`` (with the placement GP's refit
     hyperparameters, when given: its chooser starts from them); returns it and the
     training curve."""
-    from slurm_rl.agents.ordering.agent import PLACEMENT_GP, load_bundle, save_bundle
-    from slurm_rl.training.objectives import ReturnScaler
-    from slurm_rl.training.pool import RolloutPool, WorldSpec
-    from slurm_rl.training.ppo import Args, _rewards, ppo_update
-    from slurm_rl.training.rollout import RolloutConfig
-
     started = time.perf_counter()
     torch.manual_seed(settings.seed)
     bundle = load_bundle(base)

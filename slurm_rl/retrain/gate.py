@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from slurm_rl.live_policy import make_policy
 from slurm_rl.retrain.calibrate import Calibration
 from slurm_rl.scenario import ReplayResult, Scenario, replay
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
@@ -108,8 +109,6 @@ def _change(fraction: float) -> str:
 
 def replay_metrics(policy: PolicyRef, scenario: Scenario, seeds: int) -> dict[str, Any]:
     """Mean metrics of ``seeds`` replays of ``policy`` (each with its own scheduler)."""
-    from slurm_rl.live_policy import make_policy
-
     runs = []
     for seed in range(seeds):
         scheduler = make_policy(policy.name, seed=seed, bundle=policy.bundle)

@@ -24,13 +24,14 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from slurm_rl.agents.names import is_learned
+from slurm_rl.agents.ordering.agent import default_bundle_path
 from slurm_rl.errors import SlurmRLError
 from slurm_rl.retrain.calibrate import Calibration, calibrate
 from slurm_rl.retrain.finetune import FinetuneSettings, finetune
 from slurm_rl.retrain.gate import GateSettings, PolicyRef, Verdict, judge
 from slurm_rl.retrain.window import LoggedWindow, RetrainSkipped, check_schema, load_window
 from slurm_rl.store.registry import ModelRegistry, Window
-from slurm_rl.store.registry_models import RetrainRunRow
+from slurm_rl.store.registry_models import ModelVersionRow, RetrainRunRow
 from slurm_rl.store.repository import make_engine
 
 log = logging.getLogger("slurm_rl.retrain")
@@ -144,8 +145,6 @@ def _candidate(settings: RetrainSettings, current: PolicyRef, calibration: Calib
                window: LoggedWindow, work: Path) -> tuple[Path, str]:
     if settings.candidate is not None:
         return settings.candidate, "given"
-    from slurm_rl.agents.ordering.agent import default_bundle_path
-
     base = settings.base_bundle or current.bundle or settings.policy_bundle \
         or default_bundle_path()
     extra = {"window": [window.start, window.end], "jobs": len(window.jobs),
@@ -166,8 +165,6 @@ def _about(window: LoggedWindow, calibration: Calibration) -> dict[str, Any]:
 
 
 def _set_metrics(registry: ModelRegistry, version: int, metrics: dict[str, Any]) -> None:
-    from slurm_rl.store.registry_models import ModelVersionRow
-
     with Session(registry.engine) as session, session.begin():
         row = session.get(ModelVersionRow, version)
         assert row is not None

@@ -27,6 +27,8 @@ from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from slurm_rl.config import DaemonConfig
+from slurm_rl.store.repository import make_engine
+from slurm_rl.store.retention import apply_retention
 
 log = logging.getLogger("slurm_rl.retrain")
 RETRAIN_JOB = "slurm-rl-retrain"
@@ -88,9 +90,6 @@ def run_retrain_process(argv: list[str], env: dict[str, str], timeout_s: float) 
 
 
 def run_retention(store_url: str, days: float) -> None:
-    from slurm_rl.store.repository import make_engine
-    from slurm_rl.store.retention import apply_retention
-
     engine = make_engine(store_url)
     try:
         apply_retention(engine, days)
