@@ -1,4 +1,4 @@
-"""The one decision loop both worlds run (see DESIGN.md, "One loop, two worlds").
+"""The one decision loop both worlds run (README.md, "Architecture": one loop, two worlds).
 
     snapshot = source.snapshot()        # what the world looks like now
     decision = scheduler.decide(snapshot)

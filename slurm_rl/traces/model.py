@@ -41,7 +41,8 @@ MAX_JOB_GPUS = 1_000_000
 MAX_UTC_OFFSET_SECONDS = _DAY
 
 PHILLY_MONTHS: tuple[str, ...] = ("2017-09", "2017-10", "2017-11", "2017-12")
-# Train and tune on September-November; December is held out for evaluation (DESIGN.md).
+# Train and tune on September-November; December is held out for evaluation (docs/training.md,
+# "Data: what is used for what").
 PHILLY_TRAIN_MONTHS: tuple[str, ...] = ("2017-09", "2017-10", "2017-11")
 PHILLY_HELDOUT_MONTH = "2017-12"
 
