@@ -263,22 +263,25 @@ class ClusterSnapshot:
 class Decision:
     """What a scheduler wants, applied by exactly one actuator.
 
-    ``ranking`` lists the pending jobs released to start, highest priority first.
-    ``placements`` pins released jobs to node sets, listed in the order the jobs should start;
-    a released job without one lets the resource manager choose its nodes (a placement for a
-    job that is not released is ignored by every actuator). ``holds`` lists jobs to keep
-    deferred (their deferral is extended, never past the actuator's cap). A pending job in
-    neither list is left to the resource manager: it starts by Slurm's own priority once its
-    deferral window runs out. ``scores`` holds the score behind each ranked job, aligned with
-    ``ranking``, for the audit trail (empty when there are none). ``exclusions`` names, for a
-    released job *without* a placement, nodes the resource manager must not give it (Slurm's
-    ``ExcNodeList``): when GPUs free between two decisions, Slurm's own choice then stays off
-    nodes the placement judged far too slow for it. Actuators ignore it for a placed job.
-    ``migrations`` moves running, checkpointable jobs: each is requeued (it restarts from its
-    last checkpoint) and pinned to the given node set, which must be free now and not given to
-    a placement of this decision. ``forward`` lists the ranked jobs the fairness guard brought
-    forward (slurm_rl/fairness.py): their new place is worth more than a policy's reordering,
-    so an actuator that rations priority changes keeps the last one of a job for them.
+    ``ranking`` lists the pending jobs released to start, best first. Of these only the
+    *promoted* ones (:attr:`promoted`: the ones it starts now, ``placements``, and the ones
+    the fairness guard brought forward, ``forward``) get Slurm priorities, above every other
+    job's, in ranking order; every other released job starts by Slurm's own priority (the
+    site's multifactor, ties by submit time) whenever Slurm finds it room (docs/fairness.md,
+    "Which jobs get a priority").
+    ``placements`` pins jobs to node sets, listed in the order the jobs should start (a
+    placement for a job that is not ranked is ignored by every actuator). ``holds`` lists
+    further jobs to keep deferred. A pending job in neither list is left to the resource
+    manager: it starts by Slurm's own priority once its deferral window runs out. ``scores``
+    holds the score behind each ranked job, aligned with ``ranking``, for the audit trail
+    (empty when there are none). ``exclusions`` names, for a released job *without* a
+    placement, nodes the resource manager must not give it (Slurm's ``ExcNodeList``): Slurm's
+    own choice of nodes then stays off nodes the placement judged far too slow for it.
+    Actuators ignore it for a placed job. ``migrations`` moves running, checkpointable jobs:
+    each is requeued (it restarts from its last checkpoint) and pinned to the given node set,
+    which must be free now and not given to a placement of this decision. ``forward`` lists
+    the ranked jobs the fairness guard brought forward (slurm_rl/fairness.py): an actuator
+    that rations priority changes keeps the last one of a job for them.
     """
 
     policy_id: str
@@ -296,6 +299,11 @@ class Decision:
         object.__setattr__(self, "migrations", FrozenDict(self.migrations))
         if self.scores and len(self.scores) != len(self.ranking):
             raise ValueError("scores must be empty or aligned with ranking")
+
+    @property
+    def promoted(self) -> frozenset[JobId]:
+        """The jobs this decision starts now or brings forward (class docstring)."""
+        return frozenset(self.placements) | frozenset(self.forward)
 
     def nodes_for(self, job_id: JobId) -> Placement | None:
         """Where the decision sends ``job_id``: its placement, or the node set it moves to."""

@@ -75,11 +75,19 @@ def test_a_released_untyped_gang_runs_on_one_gpu_type() -> None:
 
 
 def test_the_daemons_pinned_jobs_come_first_in_priority() -> None:
-    """The actuator gives the jobs it pins the top priorities, in ranking order, then the
-    other released jobs (slurm_rl/slurm/plan.py, placed_first); a pin persists and counts."""
+    """The actuator gives the jobs it pins the top priorities, in ranking order; the other
+    released jobs keep Slurm's own order, by submit time (slurm_rl/slurm/plan.py,
+    promoted_order); a pin persists and counts."""
     state = SlurmJobState()
     pending = {j: _job(j, 1, 1, None, 60.0) for j in ("a", "b", "c")}
-    state.set_levers(("a", "b", "c"), {"c": Placement(("n2",), (1,))})
+    state.set_levers(("b", "a", "c"), {"c": Placement(("n2",), (1,))}, pending=pending)
     assert [q.job.job_id for q in state.queue(pending, 0.0)] == ["c", "a", "b"]
-    state.set_levers(("a", "b", "c"), {"b": Placement(("n3",), (1,))})
+    state.set_levers(("a", "b", "c"), {"b": Placement(("n3",), (1,))}, pending=pending)
     assert [q.job.job_id for q in state.queue(pending, 0.0)] == ["b", "c", "a"]
+
+
+def test_a_job_the_guard_brings_forward_goes_above_the_unpromoted_ones() -> None:
+    state = SlurmJobState()
+    pending = {j: _job(j, 1, 1, None, 60.0) for j in ("a", "b", "c")}
+    state.set_levers(("c", "a", "b"), {}, pending=pending, urgent=("b",))
+    assert [q.job.job_id for q in state.queue(pending, 0.0)] == ["b", "a", "c"]

@@ -153,16 +153,39 @@ def test_nothing_is_sent_again_once_slurm_shows_it() -> None:
     now = SUBMIT + 60
     actuator, runner, state = _setup(Mode.ADVISE, now=now)
     top, below = ROLES["pending_unlimited"], ROLES["pending_prio"]
-    actuator.apply(Decision("p", (top, below)))
-    assert len(_updates(runner)) == 2
+    decision = Decision("p", (top, below), {top: Placement(("v100-03",), (2,))})
+    actuator.apply(decision)
+    assert len(_updates(runner)) == 2  # the placed job's priority and release, the other's
     runner.calls.clear()
     managed = dict(state.managed)
     managed[top] = dataclasses.replace(managed[top], priority=5001, eligible_time=now)
     managed[below] = dataclasses.replace(managed[below], eligible_time=now)
     after = dataclasses.replace(state, managed=MappingProxyType(managed))
-    report = actuator.apply(Decision("p", (top, below)), after)
+    report = actuator.apply(decision, after)
     assert _updates(runner) == []
     assert {o.kind for o in report.outcomes} == {"unchanged"}
+
+
+def test_only_the_jobs_a_decision_starts_or_brings_forward_get_a_priority() -> None:
+    """The others keep Slurm's own priority (the site's multifactor, ties by submit time):
+    a full order sent at release would be frozen by the hourly limit in whatever place each
+    job got, under load (docs/fairness.md). The promoted jobs go above every job holding a
+    priority of ours from before, the pinned one first."""
+    actuator, runner, state = _setup(Mode.ENFORCE, now=SUBMIT + 60)
+    placed, forward, other = (ROLES[k] for k in ("pending_unlimited", "pending_pinned",
+                                                  "pending_prio"))
+    assert state.managed[other].priority == 5000  # ours from before (floor 1000)
+    decision = Decision("p", (other, forward, placed), {placed: Placement(("v100-03",), (2,))},
+                        forward=(forward,))
+    actuator.apply(decision, state)
+    sent = {call[2]: call[3:] for call in _updates(runner)}
+
+    def priority(job_id: str) -> int | None:
+        fields = [f for f in sent.get(f"JobId={job_id}", ()) if f.startswith("Priority=")]
+        return int(fields[0].removeprefix("Priority=")) if fields else None
+
+    assert priority(other) is None
+    assert (priority(placed) or 0) > (priority(forward) or 0) > 5000
 
 
 def test_ranked_jobs_that_are_not_pending_are_reported_not_sent() -> None:
@@ -188,6 +211,7 @@ def test_enforce_pins_exactly_the_chosen_nodes() -> None:
         f"JobId={job}",
         "ReqNodeList=a100-03,v100-03",
         "NumNodes=2-2",
+        "Priority=5100",  # above every job without a pin: it is to start now
         "StartTime=now",
     )
     assert report.outcomes[0].kind == "place"

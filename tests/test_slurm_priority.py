@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurm_rl.core import Decision, Placement
-from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
+from slurm_rl.slurm.actuator import ActuationReport, ActuatorConfig, Mode, SlurmActuator
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.priority import (
     CAP,
@@ -104,29 +104,34 @@ def test_the_limits_hold_and_the_changed_jobs_stay_in_order(
     assert all(v >= FLOOR for v in moved)
 
 
+def _priorities_sent(report: ActuationReport) -> list[tuple[str, tuple[str, ...]]]:
+    return [(outcome.job_id, outcome.argv) for outcome in report.outcomes
+            if outcome.sent and any(arg.startswith("Priority=") for arg in outcome.argv)]
+
+
 def test_a_policy_reversing_its_ranking_every_cycle_is_held_to_the_hourly_rate() -> None:
     """The churn of issue 19 (10-47 updates a cycle on a static queue): a ranking that flips
-    every 5-s cycle for an hour sends each job at most two priority changes."""
+    every 5-s cycle for an hour, its top two jobs placed each time, sends each job at most
+    two priority changes."""
     runner, doc, clock, source, actuator = _advising_at_two_an_hour()
     sent: Counter[str] = Counter()
     for cycle in range(720):
         snapshot = source.snapshot()
         pending = [job.job_id for job in snapshot.pending]
         ranking = tuple(pending if cycle % 2 else reversed(pending))
-        report = actuator.apply(Decision("flip", ranking))
-        for outcome in report.outcomes:
-            if outcome.sent and any(arg.startswith("Priority=") for arg in outcome.argv):
-                sent[outcome.job_id] += 1
-                _show_priority(doc, outcome.job_id, outcome.argv)
+        placed = {job_id: Placement(("v100-01",), (1,)) for job_id in ranking[:2]}
+        for job_id, argv in _priorities_sent(actuator.apply(Decision("flip", ranking, placed))):
+            sent[job_id] += 1
+            _show_priority(doc, job_id, argv)
         runner.answer(("squeue", "--json"), json.dumps(doc))
         clock[0] += 5.0
     assert sent and max(sent.values()) <= 2
 
 
-def test_the_last_change_of_the_hour_is_kept_for_a_job_the_guard_brings_forward() -> None:
-    """Two changes an hour: a policy's reordering gets the first (the release), the second is
-    kept for the fairness guard. A job the decision brings forward gets it; the others keep
-    their place however the ranking flips."""
+def test_a_ranking_alone_sends_no_priority_however_it_flips() -> None:
+    """Only the jobs a decision starts, pins or brings forward get a priority; a policy that
+    reorders its queue every cycle and places nothing sends none, and a job the guard
+    brings forward gets one."""
     runner, doc, clock, source, actuator = _advising_at_two_an_hour()
     sent: Counter[str] = Counter()
     last = ""
@@ -137,14 +142,13 @@ def test_the_last_change_of_the_hour_is_kept_for_a_job_the_guard_brings_forward(
         forward = (last,) if cycle == 5 else ()
         if forward:
             ranking = (last, *[j for j in pending if j != last])
-        for outcome in actuator.apply(Decision("flip", ranking, forward=forward)).outcomes:
-            if outcome.sent and any(arg.startswith("Priority=") for arg in outcome.argv):
-                sent[outcome.job_id] += 1
-                _show_priority(doc, outcome.job_id, outcome.argv)
+        report = actuator.apply(Decision("flip", ranking, forward=forward))
+        for job_id, argv in _priorities_sent(report):
+            sent[job_id] += 1
+            _show_priority(doc, job_id, argv)
         runner.answer(("squeue", "--json"), json.dumps(doc))
         clock[0] += 5.0
-    assert len(pending) == 2 and sent[last] == 2
-    assert all(count == 1 for job, count in sent.items() if job != last)
+    assert len(pending) == 2 and sent == Counter({last: 1})
 
 
 def _advising_at_two_an_hour() -> tuple[FakeRunner, dict[str, object], list[float],

@@ -25,6 +25,16 @@ SPEED = {"A100": 2.0, "V100": 1.0}
 SPEC = EpisodeSpec(warmup_start=0.0, start=3000.0, end=9000.0, seed=7)
 
 
+def roomy_cluster() -> Cluster:
+    """Twice the small cluster (48 GPUs): at 80 jobs the queue then empties now and then, so
+    the agent phase places jobs. On 24 GPUs the queue never empties, Slurm starts every job
+    between two decisions at its own priority (only placed jobs get one of the daemon's) and
+    the agent places none."""
+    small = small_cluster()
+    twins = tuple(replace(node, name=f"{node.name}-b") for node in small.nodes)
+    return Cluster("roomy", small.nodes + twins)
+
+
 def jobs() -> list:
     rng = np.random.default_rng(2)
     return [job(f"j{i}", float(rng.uniform(0, 10_000)), int(rng.choice([1, 2, 4, 8])),
@@ -36,7 +46,7 @@ def episode(mode: str = "sample", reward: str = "job", seed: int = 0, prior: str
             placement_teacher: str = "fastest") -> tuple[Episode, list]:
     torch.manual_seed(seed)
     network = DualNetwork(network_config(16, 4.0 if prior == "cost" else 0.0, prior))
-    sim = simulation(jobs(), mode="slurm", cycle_s=10.0, cluster=cluster)
+    sim = simulation(jobs(), mode="slurm", cycle_s=10.0, cluster=cluster or roomy_cluster())
     config = RolloutConfig(fee_weight=0.1, chooser=chooser, mode=mode,  # type: ignore[arg-type]
                            max_jobs=8, rank_k=4, reward=reward,  # type: ignore[arg-type]
                            placement_teacher=placement_teacher)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -35,6 +35,7 @@ from slurm_rl.simulator.columns import ArrivalColumns
 from slurm_rl.simulator.outcomes import JobOutcome, Timeline
 from slurm_rl.simulator.slurm_emulation import (
     DEFAULT_RESERVATIONS,
+    PriorityHolder,
     RunningShape,
     SlurmJobState,
     SlurmScheduler,
@@ -72,6 +73,10 @@ class SimConfig:
     submit + this + k · ``cycle_s`` (a live daemon's cycles keep their own phase).
     ``one_gpu_type``: a released untyped gang is kept on one GPU type, as the daemon does
     unless ``allow_mixed_gpu_types`` (``Features=[a100|v100]``, slurm/onetype.py).
+    ``held_priorities``: in ``slurm`` mode, makes the holder of the priority values the
+    daemon's actuator leaves in Slurm within its limits on changes (a
+    ``slurm_rl.slurm.priority.HeldPriorities``); None: as if no limit held a change back
+    (the same queue order otherwise, tests/test_held_priorities.py).
     """
 
     mode: ActionMode = "direct"
@@ -88,6 +93,7 @@ class SimConfig:
     observation_noise: float = 0.02
     restart_overhead_s: float = 300.0
     seed: int = 0
+    held_priorities: Callable[[], PriorityHolder] | None = field(default=None, compare=False)
 
 
 @dataclass(eq=False)
@@ -164,7 +170,9 @@ class Simulation:
         self._new_finished: list[FinishedJob] = []
         self._new_observations: list[SpeedObservation] = []
         self._rng = random.Random(self.config.seed)
-        self._slurm = SlurmJobState(one_type_of=one_type_sizes(cluster, self.config.one_gpu_type))
+        held = self.config.held_priorities
+        self._slurm = SlurmJobState(one_type_of=one_type_sizes(cluster, self.config.one_gpu_type),
+                                    held=held() if held is not None else None)
         self.outcomes: list[JobOutcome] = []
         self.timeline = Timeline()
         self.rejected_actions = 0
@@ -512,7 +520,9 @@ class Simulation:
             for job_id, placement in decision.placements.items()
             if job_id in self._pending and self._pinnable(job_id, placement)
         }
-        self._slurm.set_levers(decision.ranking, pins, self._exclusions(decision, pins))
+        self._slurm.set_levers(decision.ranking, pins, self._exclusions(decision, pins),
+                               now=self.now, pending=self._pending, urgent=decision.forward,
+                               placed=decision.placements.keys())
         self._hold(decision.holds)
         self._apply_migrations(decision)  # before Slurm's pass could give their nodes away
         self._slurm_dirty = True

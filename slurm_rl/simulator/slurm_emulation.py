@@ -25,9 +25,9 @@ only masks its own nodes, as under backfill.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, Protocol
 
 from slurm_rl.agents.nodesets import fixed_shape, place_in_order
 from slurm_rl.core import Cluster, Job, JobId, Placement, placement_fits_shape
@@ -364,12 +364,30 @@ def valid_pin(job: Job, pin: Placement, cluster: Cluster) -> bool:
     return wanted is None or all(node.gpu_type.lower() == wanted for node in nodes)
 
 
+class PriorityHolder(Protocol):
+    """The priority values the daemon's actuator leaves in Slurm, decision after decision,
+    within its limits on changes (``slurm_rl.slurm.priority.HeldPriorities``). The simulator
+    takes one from its caller so that it need not know the actuator."""
+
+    @property
+    def values(self) -> Mapping[str, int]: ...
+
+    def apply(self, promoted: Sequence[str], now: float, alive: Collection[str],
+              urgent: Collection[str] = ...) -> object: ...
+
+
 @dataclass
 class SlurmJobState:
     """The levers the daemon has set on pending jobs, as slurmctld remembers them.
 
-    Priority order is the last decision's ranking (the daemon sets descending priorities);
-    jobs it did not rank come after, in submit order, once their deferral has run out.
+    The daemon sets a priority only on the jobs it *promotes* (the ones its decision starts
+    now or pins, and the ones the fairness guard brings forward), above every job that holds
+    one of its priorities from before, in the decision's order with the pinned jobs first
+    (``slurm_rl.slurm.plan.promoted_order``). Slurm orders its queue by those values, then
+    every other eligible job by Slurm's own priority: here, with the dev cluster's zero
+    multifactor weights, by submit time. A ``held`` holder plans the values as the actuator
+    does, limits on changes included (a job they keep from moving stays where its value puts
+    it); without one every change is taken as sent.
     """
 
     ranking: tuple[JobId, ...] = ()
@@ -380,23 +398,47 @@ class SlurmJobState:
     # the GPU types a released untyped gang is kept to one of (Features=[a|b]), each with
     # its nodes' sizes; () = off
     one_type_of: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    held: PriorityHolder | None = None
+    # without a holder: the jobs holding a priority of the daemon's, highest first
+    valued: list[JobId] = field(default_factory=list)
 
     def set_levers(
         self,
         ranking: tuple[JobId, ...],
         pins: Mapping[JobId, Placement],
         exclusions: Mapping[JobId, frozenset[int]] | None = None,
+        *,
+        now: float = 0.0,
+        pending: Collection[JobId] = (),
+        urgent: Collection[JobId] = (),
+        placed: Collection[JobId] = (),
     ) -> None:
         """The last decision's levers; an exclusion counts only for a job without a pin. A
         pin stays until the daemon pins the job elsewhere, as a ReqNodeList does live (the
         actuator never clears its own: a job it placed once and now ranks without nodes
-        keeps waiting for them)."""
+        keeps waiting for them). ``placed``: the jobs the decision starts now (with or
+        without a pin Slurm accepted); ``urgent``: the ones the guard brings forward."""
         self.ranking, self.released = ranking, frozenset(ranking)
         self.pins.update(pins)
         self.exclusions = {
             job_id: nodes for job_id, nodes in (exclusions or {}).items()
             if job_id not in self.pins
         }
+        chosen = set(placed) | set(urgent)
+        promoted = self._pinned_first([job_id for job_id in ranking if job_id in pending
+                                       and (job_id in chosen or job_id in self.pins)])
+        if self.held is not None:
+            self.held.apply(promoted, now, pending, frozenset(urgent) | frozenset(placed))
+            return
+        lifted = set(promoted)
+        self.valued = promoted + [job_id for job_id in self.valued
+                                  if job_id in pending and job_id not in lifted]
+
+    def _pinned_first(self, ranked: Sequence[JobId]) -> list[JobId]:
+        pinned = [job_id for job_id in ranked if job_id in self.pins]
+        if not pinned:
+            return list(ranked)
+        return pinned + [job_id for job_id in ranked if job_id not in self.pins]
 
     def forget(self, job_id: JobId) -> None:
         self.eligible_at.pop(job_id, None)
@@ -412,20 +454,29 @@ class SlurmJobState:
         return fitting or ()  # fits no one type: the job as it is (see docs/slurm-emulation.md)
 
     def queue(self, pending: Mapping[JobId, Job], now: float) -> Iterator[QueuedJob]:
-        """Eligible pending jobs, highest priority first (lazily: a pass stops early). The
-        daemon gives its pinned jobs the top priorities, in ranking order, then the other
-        released jobs (``slurm_rl.slurm.plan.placed_first``: a pin below an unplaced job
-        would wait for that job's reservation)."""
-        ranked = [job_id for job_id in self.ranking if job_id in pending]
-        pinned = [job_id for job_id in ranked if job_id in self.pins]
-        if pinned:
-            ranked = pinned + [job_id for job_id in ranked if job_id not in self.pins]
-        for rank, job_id in enumerate(ranked):
-            job = pending[job_id]
-            excluded = self.exclusions.get(job_id, frozenset())
-            pin = self.pins.get(job_id)
-            one_of = self._one_of(job) if pin is None else ()
-            yield QueuedJob(job, -rank, pin, excluded, one_of)
-        for job_id, job in pending.items():
-            if job_id not in self.released and self.eligible_at.get(job_id, 0.0) <= now:
-                yield QueuedJob(job, -math.inf, self.pins.get(job_id))
+        """Eligible pending jobs, highest priority first: the daemon's values (class
+        docstring), then the others by submit time (Slurm's tie-break, ``sort_job_queue2``).
+        Eligible: released by the last decision, or its deferral over."""
+        if self.held is not None:
+            values = self.held.values
+            top = sorted((job_id for job_id in values if job_id in pending),
+                         key=lambda job_id: (-values[job_id], pending[job_id].submit_time))
+        else:
+            top = [job_id for job_id in self.valued if job_id in pending]
+        ahead = set(top)
+        for rank, job_id in enumerate(top):
+            if self._eligible(job_id, now):
+                yield self._queued(pending[job_id], -rank)
+        for job_id, job in pending.items():  # submit order
+            if job_id not in ahead and self._eligible(job_id, now):
+                yield self._queued(job, -math.inf)
+
+    def _eligible(self, job_id: JobId, now: float) -> bool:
+        return job_id in self.released or self.eligible_at.get(job_id, 0.0) <= now
+
+    def _queued(self, job: Job, priority: float) -> QueuedJob:
+        pin = self.pins.get(job.job_id)
+        if job.job_id not in self.released:
+            return QueuedJob(job, priority, pin)
+        one_of = self._one_of(job) if pin is None else ()
+        return QueuedJob(job, priority, pin, self.exclusions.get(job.job_id, frozenset()), one_of)

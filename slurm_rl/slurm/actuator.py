@@ -52,13 +52,13 @@ from slurm_rl.slurm.plan import (
     plan,
     slurm_time,
 )
+from slurm_rl.slurm.priority import HOUR_S, PriorityBudget
 from slurm_rl.slurm.proc import CommandResult
 from slurm_rl.slurm.records import SlurmJob
 from slurm_rl.slurm.source import SlurmSource, SlurmState, to_core_job
 
 log = logging.getLogger(__name__)
 
-HOUR_S = 3600.0
 # When the daemon's accepted Priority changes of these jobs were sent since a time (from its
 # store, after a restart); None when it cannot say now (asked again next cycle).
 PriorityRecall = Callable[[Sequence[str], float], dict[str, list[float]] | None]
@@ -120,7 +120,7 @@ class SlurmActuator:
         self._deferred_by_us: set[str] = set()
         # When each job's accepted Priority changes were sent (the hourly rate), and when
         # each pending job got the pin it holds (how long pinned jobs wait to start).
-        self._priority_sent: dict[str, list[float]] = {}
+        self._priority_budget = PriorityBudget(self.config.priority_limits.updates_per_job_hour)
         # Asked once (until it answers) for the changes an earlier run of the daemon sent.
         self._priority_recall = priority_recall
         self._pinned_at: dict[str, float] = {}
@@ -352,33 +352,19 @@ class SlurmActuator:
             self.pins.remember(outcome.job_id, fields[PIN])
             self._pinned_at[outcome.job_id] = now
         if "Priority" in fields:
-            self._priority_sent.setdefault(outcome.job_id, []).append(now)
+            self._priority_budget.note(outcome.job_id, now)
 
     def _may_reprioritize(self, state: SlurmState, urgent: frozenset[str] = frozenset()
                           ) -> Callable[[str], bool]:
-        """Whether a job is still under its hourly number of priority changes. With two or
-        more an hour, the last is kept for an ``urgent`` job — one the fairness guard brings
-        forward, or one placed now (its priority must go above the unplaced jobs, see
-        :func:`~slurm_rl.slurm.plan.placed_first`): a policy that reorders its queue every
-        cycle would otherwise spend every job's changes within seconds of its release, and
-        Slurm would keep a starved job where it was."""
-        limit = self.config.priority_limits.updates_per_job_hour
-        since = state.time - HOUR_S
-        if self._priority_recall is not None and limit is not None:
-            earlier = self._priority_recall(list(state.managed), since)
+        """Whether a job is still under its hourly number of priority changes, the last kept
+        for an ``urgent`` job (:class:`~slurm_rl.slurm.priority.PriorityBudget`); the changes
+        an earlier run sent are asked for once, after a restart."""
+        if self._priority_recall is not None and self._priority_budget.limit is not None:
+            earlier = self._priority_recall(list(state.managed), state.time - HOUR_S)
             if earlier is not None:
                 self._priority_recall = None
-                for job, times in earlier.items():
-                    known = self._priority_sent.setdefault(job, [])
-                    known[:0] = [t for t in times if t not in known]
-        self._priority_sent = {job: kept for job, times in self._priority_sent.items()
-                               if job in state.managed
-                               and (kept := [t for t in times if t > since])}
-        if limit is None:
-            return lambda _job: True
-        reordering = limit - 1 if limit >= 2 else limit
-        return lambda job: len(self._priority_sent.get(job, ())) < (
-            limit if job in urgent else reordering)
+                self._priority_budget.add_earlier(earlier)
+        return self._priority_budget.may_change(state.time, state.managed, urgent)
 
     def _pinned_waiting(self, state: SlurmState) -> tuple[tuple[str, float, str], ...]:
         """Pending jobs holding a pin of this daemon's, with how long they have held it
@@ -401,7 +387,8 @@ class SlurmActuator:
         self._deferred_by_us |= previous._deferred_by_us
         self.exclusions.inherit(previous.exclusions)
         self.pins.inherit(previous.pins)
-        self._priority_sent = {**previous._priority_sent, **self._priority_sent}
+        self._priority_budget.sent = {**previous._priority_budget.sent,
+                                      **self._priority_budget.sent}
         self._priority_recall = previous._priority_recall
         self._pinned_at = {**previous._pinned_at, **self._pinned_at}
 

@@ -20,7 +20,7 @@ from slurm_rl.slurm.deferral import deferred_until
 from slurm_rl.slurm.exclusion import plan_exclusion, stale_exclusions
 from slurm_rl.slurm.onetype import FEATURES, OneType
 from slurm_rl.slurm.ownership import EXC, PIN, fold
-from slurm_rl.slurm.priority import PriorityLimits, plan_priorities
+from slurm_rl.slurm.priority import PRIORITY_CEILING, PriorityLimits, plan_priorities
 from slurm_rl.slurm.proc import CommandResult, is_unreachable
 from slurm_rl.slurm.records import SlurmJob, numeric_id
 from slurm_rl.slurm.source import SlurmState
@@ -233,11 +233,14 @@ def plan(
     ranked = [pending[job_id] for job_id in decision.ranking if job_id in pending]
     extra = _placing_fields(decision, ranked, state, memory, planned.notes,
                             config.one_gpu_type) if placing else {}
-    if placing:
-        ranked = placed_first(ranked, {job_id for job_id in decision.placements
-                                       if PIN in extra.get(job_id, {})
-                                       or job_id in memory.pinned})
-    _release_updates(ranked, extra, state.time, config, memory, planned)
+    promoted = set(decision.forward)
+    if placing:  # the jobs holding (or about to hold) a pin of ours, first
+        pinned = {job.job_id for job in ranked
+                  if PIN in extra.get(job.job_id, {}) or job.job_id in memory.pinned}
+        ranked, promoted = placed_first(ranked, pinned), promoted | pinned
+    else:  # advise: the placed jobs (Slurm picks their nodes)
+        promoted |= set(decision.placements)
+    _release_updates(ranked, extra, state, config, memory, planned, promoted)
     if placing:
         # Jobs no longer released keep no exclusion of ours (cleared with a deferral, if any).
         released = set(decision.ranking)
@@ -303,26 +306,50 @@ def _placing_fields(
 def _release_updates(
     ranked: Sequence[SlurmJob],
     placing: Mapping[str, Mapping[str, str]],
-    now: float,
+    state: SlurmState,
     config: ActuatorConfig,
     memory: _Memory,
     planned: _Plan,
+    promoted: Collection[str],
 ) -> None:
-    """Priority (and placement, exclusion, release) for the released jobs, highest first."""
-    current = {job.job_id: job.priority for job in ranked}
-    priorities = plan_priorities([j.job_id for j in ranked], current, config.priority_floor,
+    """Placement, exclusion and release for the released jobs, and a priority for the
+    ``promoted`` ones (:func:`promoted_order`), highest first."""
+    order = promoted_order(ranked, promoted, state, config.priority_floor)
+    current = {job.job_id: job.priority for job in order}
+    priorities = plan_priorities([j.job_id for j in order], current, config.priority_floor,
                                  config.priority_limits, memory.may_reprioritize)
-    planned.withheld.update(priorities.withheld)
+    planned.withheld.update({job: why for job, why in priorities.withheld.items()
+                             if job in promoted})
     for job in ranked:
         ours = is_ours_to_release(job, memory.deferred)
         fields = dict(placing.get(job.job_id, {}))
-        fields.update(_release_fields(job, priorities.wanted.get(job.job_id), now, ours))
+        wanted = priorities.wanted.get(job.job_id) if job.job_id in promoted else None
+        fields.update(_release_fields(job, wanted, state.time, ours))
         if fields:
             update = Update(_release_kind(fields), (job.job_id,), tuple(fields.items()))
             planned.updates.append(update)
         else:
             note = planned.notes.get(job.job_id, "")
             planned.outcomes[job.job_id] = JobOutcome(job.job_id, "unchanged", note=note)
+
+
+def promoted_order(ranked: Sequence[SlurmJob], promoted: Collection[str], state: SlurmState,
+                   floor: int) -> list[SlurmJob]:
+    """The jobs whose priorities the walk plans: the ``promoted`` released jobs (the ones the
+    decision starts now, the pinned ones waiting for their nodes, the ones the fairness guard
+    brings forward) in ``ranked``'s order, above every other pending job that still holds a
+    priority of ours (by that value, highest first: context the walk keeps, so the promoted
+    jobs go above it). Every other job keeps the priority Slurm gives it (the site's
+    multifactor, ties by submit time): under load a job may change its priority only about
+    twice an hour, and a full order sent at release is then frozen in whatever place each
+    job got, whereas Slurm's own order never goes stale (docs/fairness.md)."""
+    first = [job for job in ranked if job.job_id in promoted]
+    chosen = {job.job_id for job in first}
+    context = [job for job in state.managed.values()
+               if job.is_pending and job.job_id not in chosen and job.priority is not None
+               and floor <= job.priority < PRIORITY_CEILING]
+    context.sort(key=lambda job: (-(job.priority or 0), numeric_id(job.job_id)))
+    return first + context
 
 
 def _hold_updates(

@@ -20,6 +20,10 @@ still send a stream of updates, so :func:`plan_priorities` holds some changes ba
 
 A job held back is left out of the walk: the jobs around it are ordered among themselves,
 and the held job sits where its old value puts it.
+
+The hourly count is :class:`PriorityBudget`'s; :class:`HeldPriorities` is the two together
+as slurmctld ends up holding them, for the simulator's emulation of Slurm (the live actuator
+plans against the values Slurm shows instead).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ STEP = 100
 # ranked below every other (FIFO's arrivals) before a gap runs out and a neighbour moves.
 BOTTOM_ROOM = 2**20
 TOLERANCE, RATE, CAP = "tolerance", "rate", "cap"
+HOUR_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,3 +231,77 @@ def renumber(ranking: Sequence[str], floor: int, ceiling: int = PRIORITY_CEILING
     size = len(ranking)
     step = STEP if floor + STEP * size < ceiling else 1
     return {job_id: floor + step * (size - 1 - i) for i, job_id in enumerate(ranking)}
+
+
+class PriorityBudget:
+    """When each job's accepted priority changes were sent, and whether it may have another
+    within ``limit`` an hour (None: no limit).
+
+    With two or more an hour, the last is kept for an *urgent* job: one the fairness guard
+    brings forward, or one placed now (its priority must go above the unplaced jobs, see
+    :func:`slurm_rl.slurm.plan.placed_first`). A policy that reorders its queue every cycle
+    would otherwise spend every job's changes within seconds of its release, and Slurm would
+    keep a starved job where it was."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.sent: dict[str, list[float]] = {}
+
+    def note(self, job_id: str, at: float) -> None:
+        self.sent.setdefault(job_id, []).append(at)
+
+    def add_earlier(self, earlier: Mapping[str, Sequence[float]]) -> None:
+        """Changes an earlier run sent (after a restart), ahead of this run's own."""
+        for job_id, times in earlier.items():
+            known = self.sent.setdefault(job_id, [])
+            known[:0] = [t for t in times if t not in known]
+
+    def may_change(self, now: float, alive: Collection[str],
+                   urgent: Collection[str] = frozenset()) -> Callable[[str], bool]:
+        """Forget the jobs not ``alive`` and the changes older than an hour; then whether each
+        job is under its hourly number (``urgent`` jobs: under the whole of it)."""
+        since = now - HOUR_S
+        self.sent = {job: kept for job, times in self.sent.items()
+                     if job in alive and (kept := [t for t in times if t > since])}
+        limit = self.limit
+        if limit is None:
+            return lambda _job: True
+        reordering = limit - 1 if limit >= 2 else limit
+        return lambda job: len(self.sent.get(job, ())) < (
+            limit if job in urgent else reordering)
+
+
+class HeldPriorities:
+    """The priorities of ours Slurm holds for each job after the daemon's decisions, each
+    decision planned as the live actuator plans it (``slurm_rl.slurm.plan.promoted_order``:
+    the promoted jobs above the others holding a value; :func:`plan_priorities` within
+    ``limits``; the hourly count in a :class:`PriorityBudget`): the simulator's Slurm
+    emulation orders its queue by these."""
+
+    def __init__(self, limits: PriorityLimits, floor: int = 1000) -> None:
+        self.limits, self.floor = limits, floor
+        self._values: dict[str, int] = {}
+        self.budget = PriorityBudget(limits.updates_per_job_hour)
+
+    @property
+    def values(self) -> Mapping[str, int]:
+        return self._values
+
+    def apply(self, promoted: Sequence[str], now: float, alive: Collection[str],
+              urgent: Collection[str] = frozenset()) -> PriorityPlan:
+        """Plan the ``promoted`` jobs (highest first) above the other values held, and hold
+        the result for the promoted ones; the others keep theirs."""
+        values = {job: v for job, v in self._values.items() if job in alive}
+        chosen = set(promoted)
+        context = sorted((job for job in values if job not in chosen),
+                         key=lambda job: -values[job])
+        may_change = self.budget.may_change(now, alive, urgent)
+        planned = plan_priorities([*promoted, *context], values, self.floor, self.limits,
+                                  may_change)
+        for job in promoted:
+            value = planned.wanted.get(job)
+            if value is not None and values.get(job) != value:
+                values[job] = value
+                self.budget.note(job, now)
+        self._values = values
+        return planned
