@@ -12,6 +12,7 @@ other nodes, or > 5 s apart); with ``--jobs-detail`` every disagreeing job is li
     python benchmarks/replay_live.py --tiny          # one short trace, fifo+best-fit, both
     python benchmarks/replay_live.py --plan-only     # the traces, nothing started
     python benchmarks/replay_live.py --save runs/    # keep each run's live half (JSON)
+    python benchmarks/replay_live.py --until 07:48   # start no run that would end later
     python benchmarks/replay_live.py --from runs/    # re-simulate saved runs: no Slurm
     python benchmarks/replay_live.py --from benchmarks/replay_live_runs   # the published table
 
@@ -21,12 +22,15 @@ Needs root and Slurm (scripts/install-slurm.sh); about 1.5 min a run.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -69,6 +73,10 @@ def _args() -> argparse.Namespace:
                         help="one trace of 8 jobs, fifo+best-fit, both schedulers")
     parser.add_argument("--plan-only", action="store_true", help="print the traces and stop")
     parser.add_argument("--jobs-detail", action="store_true", help="list disagreeing jobs")
+    parser.add_argument("--until", default=None, metavar="HH:MM",
+                        help="UTC time by which the live runs must be done (a shared cluster's "
+                             "slot): a run that would end later, by the longest so far, is "
+                             "not started")
     args = parser.parse_args()
     if args.tiny:
         args.traces, args.jobs, args.policies = 1, 8, "fifo+best-fit"
@@ -84,7 +92,22 @@ def _args() -> argparse.Namespace:
         parser.error(f"--seeds: not a list of numbers: {args.seeds!r}")
     if args.saved is not None and not args.saved.exists():
         parser.error(f"--from: no such file or directory: {args.saved}")
+    args.deadline = _deadline(parser, args.until)
     return args
+
+
+def _deadline(parser: argparse.ArgumentParser, until: str | None) -> float:
+    """``HH:MM`` UTC as epoch seconds (today's, or tomorrow's if that has passed)."""
+    if until is None:
+        return math.inf
+    try:
+        hours, minutes = (int(part) for part in until.split(":"))
+        when = datetime.now(UTC).replace(hour=hours, minute=minutes, second=0, microsecond=0)
+    except ValueError:
+        parser.error(f"--until: not a time HH:MM: {until!r}")
+    if when.timestamp() < time.time():
+        when += timedelta(days=1)
+    return when.timestamp()
 
 
 def _describe(seed: int, trace: tuple[MiniJob, ...]) -> str:
@@ -109,15 +132,29 @@ def main() -> int:
         return 1
     results: list[tuple[str, Comparison, float]] = []
     work = Path(tempfile.mkdtemp(prefix="slurm-rl-replay-state-"))
+    longest, skipped = 0.0, []
     try:
         for scheduler_name in args.schedulers.split(","):
             scheduler: SlurmScheduler = "builtin" if scheduler_name == "builtin" else "backfill"
             for seed, trace in traces.items():
                 for policy in args.policies.split(","):
-                    results.append(_one(work, trace, seed, policy, scheduler, args))
+                    if time.time() + longest > args.deadline:
+                        skipped.append(f"{scheduler}-{seed}-{policy}")
+                        continue
+                    began = time.monotonic()
+                    try:
+                        results.append(_one(work, trace, seed, policy, scheduler, args))
+                    except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+                        # one failed run (a timeout, a cluster that did not come up) should
+                        # not cost the slot's other runs
+                        print(f"{scheduler}-{seed}-{policy}: failed: {error}", flush=True)
+                    longest = max(longest, time.monotonic() - began)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    _print_table(results)
+    if skipped:
+        print(f"not run (past --until {args.until}): {', '.join(skipped)}")
+    if results:
+        _print_table(results)
     return 0
 
 

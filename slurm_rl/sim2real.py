@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from slurm_rl.core import Cluster, Job, Node
 from slurm_rl.loop import DecisionMaker, run_loop
 from slurm_rl.simulator.engine import SimConfig, Simulation
 from slurm_rl.simulator.perfmodel import PerformanceModel
-from slurm_rl.simulator.slurm_emulation import SlurmScheduler
+from slurm_rl.simulator.slurm_emulation import PriorityHolder, SlurmScheduler
 from slurm_rl.simulator.speed import FixedSpeedModel
 from slurm_rl.simulator.world import SimActuator, TraceSource
 
@@ -46,14 +46,17 @@ class JobRun:
 class WorldSetup:
     """What the simulator must share with the live run: the levers' timing and Slurm's
     scheduler (the daemon's ``interval_s`` and ``defer_window_s``, slurm.conf's
-    ``SchedulerType``), and how long the daemon's levers take to reach slurmctld's
-    scheduler (``lever_delay_s``, measured: docs/slurm-emulation.md)."""
+    ``SchedulerType``), how long the daemon's levers take to reach slurmctld's
+    scheduler (``lever_delay_s``, measured: docs/slurm-emulation.md), and the priority
+    values its actuator leaves in Slurm within its limits on changes
+    (``held_priorities``: ``SimConfig.held_priorities``; None: no limit)."""
 
     cycle_s: float
     defer_window_s: float
     scheduler: SlurmScheduler
     lever_delay_s: float = 0.0
     cycle_phase_s: float = 0.0
+    held_priorities: Callable[[], PriorityHolder] | None = None
 
 
 def simulate_runs(cluster: Cluster, jobs: Sequence[Job], policy: DecisionMaker,
@@ -64,7 +67,8 @@ def simulate_runs(cluster: Cluster, jobs: Sequence[Job], policy: DecisionMaker,
     speed = FixedSpeedModel(cluster, PerformanceModel.default(), "V100", None)
     config = SimConfig(mode="slurm", cycle_s=setup.cycle_s, defer_window_s=setup.defer_window_s,
                        slurm_scheduler=setup.scheduler, observations=False,
-                       lever_delay_s=setup.lever_delay_s, cycle_phase_s=setup.cycle_phase_s)
+                       lever_delay_s=setup.lever_delay_s, cycle_phase_s=setup.cycle_phase_s,
+                       held_priorities=setup.held_priorities)
     simulation = Simulation(cluster, ordered, speed, None, config)
     run_loop(TraceSource(simulation), policy, SimActuator(simulation))
     return {o.job.job_id: JobRun(o.job.job_id, o.job.submit_time, o.start, o.end, o.nodes)

@@ -4,6 +4,7 @@ hand, and the simulated side of the replay on a worked example."""
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Sequence
 
 import pytest
 
@@ -20,6 +21,7 @@ from slurm_rl.sim2real import (
     percentile,
     simulate_runs,
 )
+from slurm_rl.slurm.priority import HeldPriorities, PriorityLimits, PriorityPlan
 
 
 def test_kendall_tau_counts_concordant_and_discordant_pairs() -> None:
@@ -92,3 +94,43 @@ def test_disagreements_are_sorted_by_kind() -> None:
            "3": _run("3", 0, 4, ("a",)), "4": _run("4", 0, 10, ("a",))}
     kinds = {row.job_id: kind_of(row, types) for row in compare(real, sim).jobs}
     assert kinds == {"1": "node tie", "2": "other nodes", "3": "agrees", "4": "early"}
+
+
+class _Recording(HeldPriorities):
+    """The holder, noting what each decision promoted and the values it then held."""
+
+    def __init__(self, limits: PriorityLimits) -> None:
+        super().__init__(limits)
+        self.log: list[tuple[float, tuple[str, ...], dict[str, int]]] = []
+
+    def apply(self, promoted: Sequence[str], now: float, alive: Collection[str],
+              urgent: Collection[str] = frozenset()) -> PriorityPlan:
+        planned = super().apply(promoted, now, alive, urgent)
+        self.log.append((now, tuple(promoted), dict(self.values)))
+        return planned
+
+
+def test_the_replay_plans_priorities_with_the_holder_it_is_given() -> None:
+    """``WorldSetup.held_priorities`` reaches the emulation (SimConfig.held_priorities): the
+    replay plans priorities within the daemon's own limits. In the worked example above the
+    decision at 2 promotes job 3 (pinned) and nothing else: job 2 keeps Slurm's own
+    priority, and the schedule is the one worked out by hand."""
+    cluster = dev_cluster("two", [("n1", "a100", 4), ("n2", "a100", 4)])
+    jobs = [
+        Job("1", 0.0, 4, num_nodes=1, gpus_per_node=4, time_limit=60.0, oracle_duration=30.0),
+        Job("2", 0.0, 8, num_nodes=2, gpus_per_node=4, time_limit=60.0, oracle_duration=10.0),
+        Job("3", 1.0, 4, num_nodes=1, gpus_per_node=4, time_limit=60.0, oracle_duration=10.0),
+    ]
+    holders: list[_Recording] = []
+
+    def holder() -> HeldPriorities:
+        holders.append(_Recording(PriorityLimits(2, 2, 200)))
+        return holders[-1]
+
+    setup = WorldSetup(2.0, 6.0, "backfill", held_priorities=holder)
+    runs = simulate_runs(cluster, jobs, make_policy("fifo+best-fit"), setup)
+    assert len(holders) == 1
+    promoted_at_2 = [(promoted, values) for now, promoted, values in holders[0].log
+                     if now == 2.0]
+    assert promoted_at_2 == [(("3",), {"3": promoted_at_2[0][1]["3"]})]
+    assert {j: r.start for j, r in runs.items()} == {"1": 0.0, "2": 30.0, "3": 2.0}

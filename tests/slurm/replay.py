@@ -30,17 +30,18 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurm_rl.config import STORE_FILE, DaemonConfig
 from slurm_rl.core import Job
-from slurm_rl.daemon.config import STORE_FILE, DaemonConfig
 from slurm_rl.daemon.guard import GuardedScheduler
 from slurm_rl.daemon.history import PrimedScheduler
-from slurm_rl.daemon.policy import make_policy
 from slurm_rl.daemon.runner import Daemon
+from slurm_rl.live_policy import make_policy
 from slurm_rl.sim2real import Comparison, JobRun, WorldSetup, compare, dev_cluster, simulate_runs
 from slurm_rl.simulator.slurm_emulation import SlurmScheduler
 from slurm_rl.slurm.devcluster import DevCluster, free_base_port
 from slurm_rl.slurm.devconf import DevClusterConfig, NodeGroup
 from slurm_rl.slurm.hostlist import expand
+from slurm_rl.slurm.priority import HeldPriorities, PriorityLimits
 from slurm_rl.slurm.proc import make_runner
 
 USERS = ("alice", "bob")
@@ -120,22 +121,39 @@ def replay_cluster(scheduler: SlurmScheduler) -> Iterator[DevCluster]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def daemon_config(cluster: DevCluster, policy: str, state: Path) -> DaemonConfig:
+def daemon_config(cluster: DevCluster, policy: str, state: Path,
+                  limits: PriorityLimits | None = None) -> DaemonConfig:
     """The daemon of the replay, on ``cluster``."""
-    return daemon_config_for(policy, state).model_copy(update={
+    return daemon_config_for(policy, state, limits).model_copy(update={
         "slurm_conf": cluster.slurm_conf, "heartbeat_path": cluster.heartbeat_path})
 
 
-def daemon_config_for(policy: str, state: Path) -> DaemonConfig:
-    """The replay's daemon settings. Its priorities follow every rank change at once
-    (``priority_tolerance_ranks = 0``, no hourly cap): the emulation takes the last ranking
-    as Slurm's priority order, and that is the lever being measured."""
-    return DaemonConfig(
+def daemon_config_for(policy: str, state: Path, limits: PriorityLimits | None = None
+                      ) -> DaemonConfig:
+    """The replay's daemon settings. Its limits on priority changes are production's
+    (``DaemonConfig``'s defaults) unless ``limits`` says otherwise: the emulation plans
+    priorities within the same limits (:func:`held_priorities`), and what is measured is
+    the emulation of the daemon as sites run it."""
+    config = DaemonConfig(
         policy=policy, mode="enforce", interval_s=CYCLE_S, state_dir=state,
         cluster_name=CLUSTER, partitions=(PARTITION,), defer_window_s=WINDOW_S,
-        metrics_port=0, log_json=False, slurm_timeout_s=30.0, priority_tolerance_ranks=0,
-        priority_updates_per_job_hour=3600,
-    )
+        metrics_port=0, log_json=False, slurm_timeout_s=30.0)
+    if limits is None:
+        return config
+    return config.model_copy(update={
+        "priority_tolerance_ranks": limits.tolerance_ranks,
+        "priority_updates_per_job_hour": limits.updates_per_job_hour or 3600,
+        "priority_updates_per_cycle": limits.per_cycle or 1_000_000})
+
+
+def priority_limits(config: DaemonConfig) -> PriorityLimits:
+    """The daemon's limits on priority changes, as its runner hands them to the actuator."""
+    return PriorityLimits(config.priority_tolerance_ranks, config.priority_updates_per_job_hour,
+                          config.priority_updates_per_cycle)
+
+
+# Runs saved before the limits were recorded ran the daemon with tolerance 0 and no cap
+LEGACY_LIMITS = PriorityLimits(0, 3600, 200)
 
 
 @contextlib.contextmanager
@@ -218,6 +236,7 @@ class ReplayRun:
     # the daemon's stored decisions: (snapshot time, job id, action, nodes), to explain
     # a disagreement (which pins the live daemon set, and when)
     decisions: tuple[tuple[float, str, str, str], ...] = ()
+    limits: PriorityLimits = PriorityLimits()  # the daemon's limits on priority changes
 
     @property
     def comparison(self) -> Comparison:
@@ -225,11 +244,12 @@ class ReplayRun:
 
 
 def run_live(cluster: DevCluster, trace: Sequence[MiniJob], policy: str,
-             scheduler: SlurmScheduler, state: Path, drain_timeout_s: float = 600.0
-             ) -> ReplayRun:
-    """The trace on the cluster with the daemon running ``policy``, then in the simulator."""
+             scheduler: SlurmScheduler, state: Path, drain_timeout_s: float = 600.0,
+             limits: PriorityLimits | None = None) -> ReplayRun:
+    """The trace on the cluster with the daemon running ``policy`` (its limits on priority
+    changes ``limits``, default production's), then in the simulator."""
     state.mkdir(mode=0o700)
-    config = daemon_config(cluster, policy, state)
+    config = daemon_config(cluster, policy, state, limits)
     with running_daemon(cluster, config):
         jobs, submitted = submit_trace(cluster, trace)
         _wait(lambda: not unfinished(cluster, list(jobs)), drain_timeout_s, "every job to end")
@@ -238,7 +258,7 @@ def run_live(cluster: DevCluster, trace: Sequence[MiniJob], policy: str,
     sim = simulate_world(jobs, submitted, real, config, scheduler, cycles)
     over = [run.end - run.start - jobs[j].sleep_s for j, run in real.items()]
     return ReplayRun(policy, scheduler, jobs, real, sim, sum(over) / max(1, len(over)),
-                     cycles, submitted, daemon_decisions(config))
+                     cycles, submitted, daemon_decisions(config), priority_limits(config))
 
 
 def daemon_decisions(config: DaemonConfig) -> tuple[tuple[float, str, str, str], ...]:
@@ -301,8 +321,10 @@ def simulate_world(jobs: dict[str, MiniJob], submitted: dict[str, float],
     origin = min((submitted[job_id] for job_id in real), default=0.0)
     phase, duration = cycle_timing(cycles, origin, config.interval_s)
     reaction = SLURM_REACTION_S if reaction_s is None else reaction_s
+    limits, floor = priority_limits(config), config.priority_floor
     setup = WorldSetup(config.interval_s, float(config.defer_window_s), scheduler,
-                       lever_delay_s=duration + reaction, cycle_phase_s=phase)
+                       lever_delay_s=duration + reaction, cycle_phase_s=phase,
+                       held_priorities=lambda: HeldPriorities(limits, floor))
     return simulate_runs(cluster, sim_jobs(jobs, submitted, real), guarded, setup)
 
 
@@ -325,6 +347,7 @@ def save_run(run: ReplayRun, path: Path) -> None:
         "jobs": {job_id: dataclasses.asdict(job) for job_id, job in run.jobs.items()},
         "real": {job_id: dataclasses.asdict(r) for job_id, r in run.real.items()},
         "cycles": run.cycles, "submitted": run.submitted, "decisions": run.decisions,
+        "priority_limits": dataclasses.asdict(run.limits),
     }
     path.write_text(json.dumps(document, indent=1))
 
@@ -338,10 +361,13 @@ def resimulate(path: Path) -> ReplayRun:
     cycles = tuple((float(t), float(d)) for t, d in document["cycles"])
     submitted = {job_id: float(t) for job_id, t in document["submitted"].items()}
     scheduler: SlurmScheduler = "builtin" if document["scheduler"] == "builtin" else "backfill"
-    config = daemon_config_for(document["policy"], Path(tempfile.gettempdir()))
+    limits = (PriorityLimits(**document["priority_limits"]) if "priority_limits" in document
+              else LEGACY_LIMITS)
+    config = daemon_config_for(document["policy"], Path(tempfile.gettempdir()), limits)
     sim = simulate_world(jobs, submitted, real, config, scheduler, cycles)
     over = [r.end - r.start - jobs[j].sleep_s for j, r in real.items()]
     decisions = tuple((float(t), str(j), str(a), str(n))
                       for t, j, a, n in document.get("decisions", ()))
     return ReplayRun(document["policy"], scheduler, jobs, real, sim,
-                     sum(over) / max(1, len(over)), cycles, submitted, decisions)
+                     sum(over) / max(1, len(over)), cycles, submitted, decisions,
+                     priority_limits(config))
