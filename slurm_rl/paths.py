@@ -31,6 +31,11 @@ def shipped(relative: str) -> Path:
     return next((path for path in installed if path.exists()), in_checkout)
 
 
+def default_bundle_path() -> Path:
+    """The shipped policy bundle learned names run by default (``policies/default``)."""
+    return shipped("policies/default")
+
+
 def shared_dir() -> Path:
     """The shared data folder: ``$SLURM_RL_SHARED`` or ``../shared`` beside the checkout."""
     configured = os.environ.get("SLURM_RL_SHARED")

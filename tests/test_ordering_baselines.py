@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from slurm_rl.agents import names
-from slurm_rl.agents.ordering.agent import default_bundle_path, load_bundle
+from slurm_rl.agents.ordering.agent import load_bundle
 from slurm_rl.agents.ordering_baselines import (
     AgeGuarded,
     Fifo,
@@ -17,6 +17,7 @@ from slurm_rl.agents.ordering_baselines import (
 )
 from slurm_rl.agents.starvation import STARVATION_S, promote_starved
 from slurm_rl.core import Cluster, ClusterSnapshot, FinishedJob, Job, Node, Placement
+from slurm_rl.paths import default_bundle_path
 from slurm_rl.policy import OrderingPolicy
 from slurm_rl.scheduler import top_k_order
 

@@ -73,7 +73,7 @@ def test_an_installed_daemon_finds_the_default_policy_and_migrations(wheel: Path
                     "install", "-q", "--no-deps", str(wheel)], check=True, timeout=300)
     deps = next(p for p in sys.path if p.endswith("site-packages"))
     probe = ("import slurm_rl; from slurm_rl.live_policy import make_policy;"
-             "from slurm_rl.agents.ordering.agent import default_bundle_path as d;"
+             "from slurm_rl.paths import default_bundle_path as d;"
              "from slurm_rl.slurm.deferral import plugin_source as p;"
              "from slurm_rl.store import migrate; from slurm_rl.store.repository import Store;"
              "make_policy('rl+rl', seed=0, bundle=None); s = Store('sqlite:///store.sqlite');"

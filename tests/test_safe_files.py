@@ -75,7 +75,7 @@ def test_the_jobcomp_position_never_writes_through_a_planted_name(
 def test_an_unpacked_model_never_lands_where_a_planted_link_points(tmp_path: Path) -> None:
     """The staging directory was ``.v<version>.<pid>``; made with exist_ok, a planted link
     to another directory received the bundle."""
-    from slurm_rl.agents.ordering.agent import default_bundle_path
+    from slurm_rl.paths import default_bundle_path
 
     registry = ModelRegistry(Store(f"sqlite:///{tmp_path / 's.sqlite'}").engine)
     version = registry.register("rl+rl", bundle=default_bundle_path())
@@ -122,7 +122,7 @@ def test_a_heartbeat_in_a_shared_directory_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_models_cache_others_may_write_is_refused(tmp_path: Path) -> None:
-    from slurm_rl.agents.ordering.agent import default_bundle_path
+    from slurm_rl.paths import default_bundle_path
 
     registry = ModelRegistry(Store(f"sqlite:///{tmp_path / 's.sqlite'}").engine)
     version = registry.register("rl+rl", bundle=default_bundle_path())

@@ -12,7 +12,7 @@ from slurm_rl.agents import names
 from slurm_rl.agents.base import PlacementContext
 from slurm_rl.agents.names import is_learned, takes_fee_weight
 from slurm_rl.fairness import RankingRules
-from slurm_rl.paths import shipped
+from slurm_rl.paths import default_bundle_path
 from slurm_rl.scheduler import Scheduler, Walk
 
 # Read from here by callers that predate the table (simulate_command, tests): the names'
@@ -27,7 +27,7 @@ def baseline_names() -> list[str]:
 
 
 def _default_bundle_exists() -> bool:
-    return (shipped("policies/default") / "meta.json").exists()
+    return (default_bundle_path() / "meta.json").exists()
 
 
 def make_scheduler(

@@ -32,6 +32,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from slurm_rl.fairness import Reranking, find_reranking
+from slurm_rl.paths import default_bundle_path
 from slurm_rl.slurm import errors
 from slurm_rl.slurm.waiting import WAIT_KINDS
 
@@ -45,9 +46,6 @@ def model_version(policy: str, bundle: Path | None, learned: bool) -> str:
     so a retrain that goes live by SIGHUP shows as a new version."""
     if not learned:
         return "builtin"
-    # lazy: the agent module imports torch, which only a learned policy needs
-    from slurm_rl.agents.ordering.agent import default_bundle_path
-
     weights = (bundle or default_bundle_path()) / "weights.pt"
     try:
         digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:12]

@@ -24,8 +24,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from slurm_rl.agents.names import is_learned
-from slurm_rl.agents.ordering.agent import default_bundle_path
 from slurm_rl.errors import SlurmRLError
+from slurm_rl.paths import default_bundle_path
 from slurm_rl.retrain.calibrate import Calibration, calibrate
 from slurm_rl.retrain.finetune import FinetuneSettings, finetune
 from slurm_rl.retrain.gate import GateSettings, PolicyRef, Verdict, judge

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from slurm_rl.agents.ordering.agent import default_bundle_path
+from slurm_rl.paths import default_bundle_path
 from slurm_rl.retrain.calibrate import calibrate
 from slurm_rl.retrain.finetune import FinetuneSettings
 from slurm_rl.retrain.gate import GateSettings, PolicyRef, judge

@@ -143,7 +143,7 @@ def test_export_since_writes_csv(url: str, tmp_path: Path) -> None:
 
 
 def test_models_commands(url: str, tmp_path: Path) -> None:
-    from slurm_rl.agents.ordering.agent import default_bundle_path
+    from slurm_rl.paths import default_bundle_path
 
     registry = ModelRegistry(Store(url).engine)
     first = registry.register("rl+rl", bundle=default_bundle_path())
@@ -166,7 +166,7 @@ def test_models_commands(url: str, tmp_path: Path) -> None:
 
 
 def test_a_retrain_on_this_store(url: str, tmp_path: Path) -> None:
-    from slurm_rl.agents.ordering.agent import default_bundle_path
+    from slurm_rl.paths import default_bundle_path
     from slurm_rl.retrain.run import retrain
     from tests.retrain.logged import damaged_bundle
     from tests.retrain.test_gate_and_retrain import tiny

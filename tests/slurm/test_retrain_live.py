@@ -20,8 +20,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from slurm_rl.agents.ordering.agent import default_bundle_path
 from slurm_rl.daemon.runner import Daemon
+from slurm_rl.paths import default_bundle_path
 from slurm_rl.store.models import OutcomeRow
 from slurm_rl.store.registry import ModelRegistry
 from slurm_rl.store.registry_models import NodeRow, RetrainRunRow
