@@ -33,9 +33,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from slurm_rl.daemon.config import DaemonConfig
-from slurm_rl.daemon.policy import gpu_speeds
+from slurm_rl.config import DaemonConfig
 from slurm_rl.daemon.runner import Daemon, paused_gc
+from slurm_rl.live_policy import gpu_speeds
 from slurm_rl.slurm.proc import CommandResult
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "slurm" / "22.05"

@@ -44,6 +44,7 @@ USERS = ("alice", "bob", "carol")
 SLURM_USER = "slurm"
 CLUSTER = "load"
 WINDOW_S = 15  # long enough for a killed daemon's successor to start before windows end
+MIN_WAIT_S = 20.0  # the fairness guard's floor at this load's time scale (write_config)
 TIME_LIMIT_MIN = "3"
 # slurmctld's line for a pin it took (22.05.8, measured): "... setting req_nodes to X for JobId=N"
 PIN_LINE = re.compile(r"_update_job: setting req_nodes to \S+ for JobId=\d+")
@@ -239,6 +240,10 @@ class DaemonProcess:
             "defer_window_s": WINDOW_S, "slurm_timeout_s": 30.0, "metrics_port": 0,
             "jobcomp_path": str(cluster.root / "log" / "jobcomp.txt"),
             "accounting_every_s": 20.0,
+            # The load runs ~100 times faster than a site's: 2-20 s jobs, 2 s cycles, a 15 s
+            # window. The default floor (60 s: twelve 5 s cycles, minutes-to-hours jobs) would
+            # keep the guard off for most of it; ten cycles here (docs/fairness.md).
+            "fairness_min_wait_s": MIN_WAIT_S,
         }
         path = self.config_file
         # daemon_toml writes Python's True, which TOML does not read
@@ -383,8 +388,8 @@ def _wait(check: Callable[[], bool], timeout_s: float, what: str, *, fail: bool 
 
 def _launch() -> None:
     """``python -m tests.slurm.load USER slurm_rl.daemon ... --config FILE``."""
-    from slurm_rl.daemon.config import load_config
-    from slurm_rl.daemon.policy import gpu_speeds, make_policy
+    from slurm_rl.config import load_config
+    from slurm_rl.live_policy import gpu_speeds, make_policy
     from tests.slurm import as_user
 
     config = load_config(Path(sys.argv[sys.argv.index("--config") + 1]), {})

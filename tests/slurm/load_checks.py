@@ -44,7 +44,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from slurm_rl.daemon.config import DaemonConfig, load_config
+from slurm_rl.config import DaemonConfig, load_config
 from slurm_rl.fairness import outcome_fairness
 from slurm_rl.slurm.actuator import slurm_time
 from slurm_rl.slurm.hostlist import expand
