@@ -82,6 +82,13 @@ plugin() {  # Docker's compose plugin: the CLI's own, else Debian's in .docker/
     export DOCKER_CONFIG=$PWD/.docker
 }
 
+take_down() {  # take_down PROJECT: containers and volumes gone; compose v2 labels each
+    # service's copy of the shared slurm image with the project and service, so all but the
+    # tagged one are left untagged: those of this project go too (plain prune: only untagged)
+    "${compose[@]}" down -v --remove-orphans >/dev/null 2>&1 || return 1
+    docker image prune -f --filter "label=com.docker.compose.project=$1" >/dev/null
+}
+
 config_check() {  # config_check v1|v2: the program accepts the file (the daemon profile too)
     local compose
     compose_argv "$1" || return 2
@@ -119,7 +126,7 @@ for suite in "$@"; do
         -p no:randomly ${PYTEST_ARGS:-} $tests
     rc=$?
     [[ $rc -gt $status ]] && status=$rc
-    step "$suite ($program): down" "${compose[@]}" down -v --remove-orphans >/dev/null 2>&1
+    step "$suite ($program): down" take_down "$project"
 done
 echo "compose-test.sh: what each step took"
 printf '  %s\n' "${timings[@]}"
