@@ -127,8 +127,8 @@ def test_bad_loads_are_one_clear_message(text: str, says: str) -> None:
     assert "Traceback" not in result.output
 
 
-def sweep_trace(path: Path, jobs: int = 36) -> Path:
-    """Jobs arriving every 5 min for 3 h: the tiny cluster as it is is loaded about 2."""
+def sweep_trace(path: Path, jobs: int = 24) -> Path:
+    """Jobs arriving every 5 min for 2 h: the tiny cluster as it is is loaded about 1.6."""
     rng = np.random.default_rng(5)
     rows = ["job_id,submit_time,num_gpus,duration,user"]
     for i in range(jobs):
@@ -141,7 +141,8 @@ def sweep_trace(path: Path, jobs: int = 36) -> Path:
 def sweep(trace: Path, directory: Path) -> dict[str, object]:
     result = CliRunner().invoke(evaluate_command, [
         "--trace", str(trace), "--cluster", "tiny", "--placements", "best-fit,fastest-gpu",
-        "--no-ablations", "--loads", "0.5,1,8", "--replicas", "2", "--workers", "1",
+        "--orderings", "fifo,sjf-oracle", "--no-ablations",
+        "--loads", "0.5,1,3", "--replicas", "2", "--workers", "1",
         "--bundle", str(default_bundle_path()), "--report", str(directory)],
         catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -154,10 +155,11 @@ def test_a_small_sweep_end_to_end(tmp_path: Path) -> None:
     trace = sweep_trace(tmp_path / "sweep.csv")
     first = sweep(trace, tmp_path / "first")
     points = first["points"]
-    assert isinstance(points, list) and [p["target_load"] for p in points] == [0.5, 1.0, 8.0]
+    assert isinstance(points, list) and [p["target_load"] for p in points] == [0.5, 1.0, 3.0]
     policies = set(points[0]["policies"])
-    assert "dual-agent" in policies and "sjf-limit-aged+fastest-gpu" in policies
-    assert len(policies) == 10 * 2 + 1
+    assert policies == {f"{o}+{p}" for o in ("fifo", "sjf-oracle")
+                        for p in ("best-fit", "fastest-gpu")} | {"dual-agent"}
+    assert points[0]["verdict"]["best_baseline"] in policies - {"dual-agent"}
     for point in points:
         assert set(point["policies"]) == policies  # every policy at every load
         assert min(count for _, count in point["node_groups"].values()) >= 1
@@ -166,14 +168,22 @@ def test_a_small_sweep_end_to_end(tmp_path: Path) -> None:
     assert points[2]["gpus"] < points[1]["gpus"] < points[0]["gpus"]
     for point in points[:2]:  # the achieved load beside the target, near it
         assert abs(point["achieved_load"] - point["target_load"]) < 0.1 * point["target_load"]
-    # load 8 would need less than a node of each group: one each, and a lower achieved load
-    assert [n for _, n in points[2]["node_groups"].values()] == [1, 1]
-    assert points[2]["achieved_load"] < 8.0
+    # load 3 would need less than one of the two V100 nodes: one is kept
+    assert points[2]["node_groups"]["v100"] == [2, 1]
     for name in FILES.values():
         assert (tmp_path / "first" / name).stat().st_size > 10_000
     text = (tmp_path / "first" / "sweep.md").read_text()
-    assert "slurm-rl evaluate --trace" in text and "--loads 0.5,1,8" in text
+    assert "slurm-rl evaluate --trace" in text and "--loads 0.5,1,3" in text
     # the same sweep again: the same JSON, to the byte
     sweep(trace, tmp_path / "second")
     assert ((tmp_path / "second" / "sweep.json").read_text()
             == (tmp_path / "first" / "sweep.json").read_text())
+
+
+def test_an_unknown_ordering_is_one_clear_message(tmp_path: Path) -> None:
+    result = CliRunner().invoke(evaluate_command, [
+        "--trace", str(sweep_trace(tmp_path / "sweep.csv")), "--cluster", "tiny",
+        "--orderings", "fifo,shortest", "--loads", "1", "--report", str(tmp_path / "out")])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, InputError)
+    assert "unknown baseline ordering 'shortest'" in str(result.exception)

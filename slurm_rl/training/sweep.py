@@ -2,7 +2,7 @@
 offered loads, every policy on every load and replica.
 
 The load is set by **scaling the cluster's node groups**, the GPU-type mix kept: every node
-group's node count is multiplied by one factor and rounded (:func:`scale_cluster`). The trace,
+group's node count is multiplied by one factor and rounded (:func:`scaled_counts`). The trace,
 its arrival times and its jobs stay as recorded, so each load replays the same work on a
 smaller or larger copy of the same cluster. (Scaling arrival times instead would keep the
 cluster but squeeze the trace's daily and weekly rhythm; the issue prefers the cluster.)
@@ -15,6 +15,7 @@ reports (mean and 95 % interval over replicas, the verdict per load) are
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -234,7 +235,10 @@ class RunFigures:
     avg_wait_h: float
     p99_wait_h: float
     jobs: int
-    wall_s: float = 0.0  # how long the replay took: reported, never in sweep.json
+    # how long the replay took, in wall time and in its process's CPU time (on a shared
+    # machine the CPU time is what another machine would need): reported, never in sweep.json
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
 
 
     @property
@@ -248,12 +252,15 @@ class RunFigures:
 
 def measure(scenario: Scenario, spec: PolicySpec) -> RunFigures:
     """One replay reduced to its figures (in the worker, so only these travel back)."""
+    started = time.process_time()
     result = replay_spec(scenario, spec)
+    cpu_s = time.process_time() - started
     waits = [o.queueing_delay for o in result.outcomes]
     metrics = result.metrics
     return RunFigures(spec.label, metrics.avg_jct_s / HOUR, metrics.jct_lower_bound_s / HOUR,
                       metrics.total_fees, metrics.avg_queueing_s / HOUR,
-                      float(np.percentile(waits, 99)) / HOUR, metrics.jobs, result.wall_s)
+                      float(np.percentile(waits, 99)) / HOUR, metrics.jobs, result.wall_s,
+                      cpu_s)
 
 
 @dataclass(frozen=True)

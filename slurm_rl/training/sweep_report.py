@@ -275,21 +275,21 @@ def write_sweep(runs: SweepRuns, original: Cluster, directory: Path, command: st
 
 
 def timing_markdown(runs: SweepRuns, wall_s: float) -> str:
-    """Where the time went: replay seconds (one process each) by load and by policy."""
-    by_load = {load: sum(r.wall_s for rs in by.values() for r in rs)
-               for load, by in runs.runs.items()}
-    by_policy = {p: sum(r.wall_s for by in runs.runs.values() for r in by[p])
-                 for p in runs.policies}
-    total = max(sum(by_load.values()), 1e-9)
-    replays = len(runs.points) * runs.replicas * len(runs.policies)
+    """Where the time went: each replay's CPU time (one process each) by load and by policy;
+    on a shared machine CPU time, not wall time, says what a dedicated one would need."""
+    flat = [(load, p, r) for load, by in runs.runs.items() for p, rs in by.items() for r in rs]
+    cpu = max(sum(r.cpu_s for _, _, r in flat), 1e-9)
+    by_load = {load: sum(r.cpu_s for lo, _, r in flat if lo == load) for load in runs.runs}
+    by_policy = {p: sum(r.cpu_s for _, q, r in flat if q == p) for p in runs.policies}
     lines = ["## Time", "",
-             f"{replays} replays, {total / 60:.1f} replay-minutes in all (each replay in one "
-             f"process), {wall_s / 60:.1f} min of wall time. Not a benchmark: measured on "
-             "whatever else the machine ran meanwhile.", "",
-             "| load | replay-minutes | share |", "|---|---|---|"]
-    lines += [f"| {load:g} | {s / 60:.1f} | {s / total:.0%} |" for load, s in by_load.items()]
-    lines += ["", "| policy | replay-minutes over all loads and replicas | share |",
+             f"{len(flat)} replays: {cpu / 60:.1f} CPU-minutes in all (each replay in one "
+             f"process; {sum(r.wall_s for _, _, r in flat) / 60:.1f} replay-minutes of wall "
+             f"time), {wall_s / 60:.1f} min of wall time for the command. Measured on whatever "
+             "else the machine ran meanwhile.", "",
+             "| load | CPU-minutes | share |", "|---|---|---|"]
+    lines += [f"| {load:g} | {s / 60:.2f} | {s / cpu:.0%} |" for load, s in by_load.items()]
+    lines += ["", "| policy | CPU-minutes over all loads and replicas | share |",
               "|---|---|---|"]
-    lines += [f"| {p} | {s / 60:.1f} | {s / total:.0%} |"
+    lines += [f"| {p} | {s / 60:.2f} | {s / cpu:.0%} |"
               for p, s in sorted(by_policy.items(), key=lambda kv: (-kv[1], kv[0]))]
     return "\n".join([*lines, ""])
