@@ -144,8 +144,10 @@ def test_advise_releases_early_in_ranking_order(live: LiveCluster) -> None:
     low = live.sbatch("alice", "--gres=gpu:v100:1", "-t", "10")
     high = live.sbatch("bob", "--gres=gpu:v100:1", "-t", "10")
     source = SlurmSource(live.client)
-    source.snapshot()
-    report = _actuator(live, source, Mode.ADVISE).apply(Decision("test", (high, low)))
+    v100 = _nodes(source.snapshot(), "v100")
+    # advise gives the jobs a decision places a priority (Slurm picks their nodes)
+    placed = {high: Placement((v100[0],), (1,)), low: Placement((v100[1],), (1,))}
+    report = _actuator(live, source, Mode.ADVISE).apply(Decision("test", (high, low), placed))
     assert {o.kind for o in report.outcomes} == {"release"}
     for job_id in (high, low):
         job = live.wait_state(job_id, "RUNNING", timeout_s=SCHED_SLACK_S)
