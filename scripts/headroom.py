@@ -26,10 +26,10 @@ import dataclasses
 import statistics
 from collections.abc import Callable, Sequence
 
-from slurm_rl.agents.base import PlacementPolicy
 from slurm_rl.agents.ordering_baselines import Qssf, SjfOracle
 from slurm_rl.agents.placement_baselines import FastestGpuFirst
 from slurm_rl.core import Cluster, ClusterSnapshot, Decision, Job, Placement
+from slurm_rl.policy import PlacementPolicy
 from slurm_rl.scenario import ReplayResult, Scenario, replay
 from slurm_rl.scheduler import Scheduler
 from slurm_rl.simulate_command import build_scenario, gpu_speed_table

@@ -25,9 +25,9 @@ import gymnasium as gym
 import numpy as np
 
 from slurm_rl import objective
-from slurm_rl.agents.base import PlacementPolicy
 from slurm_rl.agents.placement_baselines import FirstFit
 from slurm_rl.core import ClusterSnapshot, Decision, Job
+from slurm_rl.policy import PlacementPolicy
 from slurm_rl.scenario import Scenario, build_simulation
 from slurm_rl.simulator.engine import Simulation
 

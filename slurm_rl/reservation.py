@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurm_rl.agents.base import PlacementPolicy
 from slurm_rl.core import ClusterSnapshot, Job, JobId, Placement, RunningJob
+from slurm_rl.policy import PlacementPolicy
 
 # The placement policy is asked at most this many times per reservation (once per distinct
 # limit end at which enough GPUs are free in total): a learned placement costs milliseconds a

@@ -4,9 +4,9 @@ The ordering policy scores every pending job; jobs are released highest score fi
 that ranking, the placement policy proposes a node set for each job that fits in the GPUs still
 free in this decision. ``walk="strict"`` stops at the first job that does not fit (a job never
 starts before a higher-ranked one); ``walk="greedy"`` carries on down the ranking. A placement
-that can also exclude nodes (:class:`~slurm_rl.agents.base.ExcludingPlacement`) is asked, for
+that can also exclude nodes (:class:`~slurm_rl.policy.ExcludingPlacement`) is asked, for
 each released job it did not place, which nodes Slurm must keep that job off. One that can
-move running jobs (:class:`~slurm_rl.agents.base.MigratingPlacement`) is then offered the GPUs
+move running jobs (:class:`~slurm_rl.policy.MigratingPlacement`) is then offered the GPUs
 no placement took — also when nothing is pending, since that is when fast nodes sit idle.
 
 Between the ordering and the walk sits the ranking step every policy shares
@@ -22,12 +22,6 @@ from typing import Literal
 
 import numpy as np
 
-from slurm_rl.agents.base import (
-    ExcludingPlacement,
-    MigratingPlacement,
-    OrderingPolicy,
-    PlacementPolicy,
-)
 from slurm_rl.core import ClusterSnapshot, Decision, Job, JobId, Placement
 from slurm_rl.fairness import (
     RankingRules,
@@ -37,6 +31,12 @@ from slurm_rl.fairness import (
     rerank,
     unchanged,
     waiting_fairness,
+)
+from slurm_rl.policy import (
+    ExcludingPlacement,
+    MigratingPlacement,
+    OrderingPolicy,
+    PlacementPolicy,
 )
 from slurm_rl.reservation import Reservation, reserve
 

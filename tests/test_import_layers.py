@@ -30,10 +30,7 @@ CONTRIBUTING = ROOT / "CONTRIBUTING.md"
 # change one line each (issue 20): the policy roles moved from slurm_rl.agents.base to
 # slurm_rl.policy while scheduler.py and reservation.py were being edited by others. A site
 # that no longer exists fails test_pending_sites_still_exist: delete it here then.
-PENDING: frozenset[tuple[str, str]] = frozenset({
-    ("slurm_rl/scheduler.py", "slurm_rl.agents.base"),
-    ("slurm_rl/reservation.py", "slurm_rl.agents.base"),
-})
+PENDING: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -1,29 +1,10 @@
-"""What every placement is built from (:class:`PlacementContext`).
-
-The policy roles themselves (``OrderingPolicy``, ``PlacementPolicy`` and the excluding and
-migrating placements) live in :mod:`slurm_rl.policy`, below the scheduler. They are
-re-exported here only for importers other engineers were editing when they moved
-(``slurm_rl/scheduler.py``, ``slurm_rl/reservation.py``, ``slurm_rl/gym_env.py``,
-``scripts/headroom.py``): until the first two import :mod:`slurm_rl.policy`, agents and the
-scheduler import each other (tests/test_import_layers.py lists them as pending). Delete the
-re-exports then.
-"""
+"""What every placement is built from (:class:`PlacementContext`); the policy roles it fills
+are :mod:`slurm_rl.policy`'s."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-from slurm_rl.policy import (
-    ExcludingPlacement,
-    MigratingPlacement,
-    OrderingPolicy,
-    PlacementPolicy,
-    Scores,
-)
-
-__all__ = ["ExcludingPlacement", "MigratingPlacement", "OrderingPolicy", "PlacementContext",
-           "PlacementPolicy", "Scores"]
 
 
 @dataclass(frozen=True)

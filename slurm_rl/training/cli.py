@@ -10,10 +10,11 @@ from typing import Any
 import click
 from rich.console import Console
 
-from slurm_rl.agents.ordering.agent import CHOOSERS, default_bundle_path, load_bundle
+from slurm_rl.agents.ordering.agent import CHOOSERS, load_bundle
 from slurm_rl.agents.ordering.network import PRIORS
 from slurm_rl.cli_options import FiniteFloat, WritableDir, checkpoint_options
 from slurm_rl.errors import InputError
+from slurm_rl.paths import default_bundle_path
 from slurm_rl.training.evaluate import PLACEMENTS
 from slurm_rl.training.pool import BACKENDS
 from slurm_rl.training.rollout import PLACEMENT_TEACHERS

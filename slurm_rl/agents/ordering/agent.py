@@ -42,10 +42,7 @@ from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
 from slurm_rl.agents.starvation import STARVATION_H, STARVATION_S, promote_starved
 from slurm_rl.core import ClusterSnapshot
 from slurm_rl.errors import SlurmRLError, UnknownNameError
-
-# Re-exported for slurm_rl/training/cli.py and tests/test_sweep.py (other engineers' files this
-# session) until they import it from its home, slurm_rl.paths.
-from slurm_rl.paths import default_bundle_path as default_bundle_path
+from slurm_rl.paths import default_bundle_path
 from slurm_rl.policy import OrderingPolicy, PlacementPolicy, Scores
 from slurm_rl.scheduler import Scheduler
 
