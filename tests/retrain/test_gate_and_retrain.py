@@ -56,8 +56,10 @@ def test_the_gate_keeps_the_better_policy_both_ways(
     good, bad = PolicyRef("rl+rl", default_bundle_path()), PolicyRef("rl+rl", damaged)
     worse = judge(bad, good, calibration, GATE)
     better = judge(good, bad, calibration, GATE)
-    # The damaged agent starts the long jobs first: far worse on this window, not promoted.
-    assert worse.candidate_jct_s > 1.5 * worse.current_jct_s and not worse.promote
+    # The damaged agent starts the long jobs first: far worse on this window, not promoted
+    # (6,572 s against 4,729 s since only the jobs a decision starts get a priority; 1.5
+    # times before, when every released job's priority followed the ranking).
+    assert worse.candidate_jct_s > 1.3 * worse.current_jct_s and not worse.promote
     assert better.promote and better.improvement >= GATE.margin
     assert better.candidate_jct_s == worse.current_jct_s  # the same replays, deterministic
 
