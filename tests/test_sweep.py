@@ -115,8 +115,8 @@ def test_loads_are_parsed_in_order() -> None:
 
 
 @pytest.mark.parametrize(("text", "says"), [
-    ("0", "above 0"), ("-0.5", "above 0"), ("abc", "not a number"), ("", "names no load"),
-    (" , ", "names no load"), ("nan", "above 0"), ("inf", "above 0"), ("0.5,0.5", "twice"),
+    ("0", "above 0"), ("-0.5", "above 0"), ("abc", "not a number"), ("", "no load given"),
+    (" , ", "no load given"), ("nan", "above 0"), ("inf", "above 0"), ("0.5,0.5", "twice"),
     ("0.5,,1", "not a number"), ("11", "at most 10")])
 def test_bad_loads_are_one_clear_message(text: str, says: str) -> None:
     with pytest.raises(InputError, match=says):

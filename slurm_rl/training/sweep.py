@@ -35,22 +35,23 @@ MAX_LOAD = 10.0
 def parse_loads(text: str) -> tuple[float, ...]:
     """``--loads 0.5,0.7,0.85,1.0``: finite numbers above 0 (and at most :data:`MAX_LOAD`),
     comma-separated, none twice; in the order given. Anything else is one
-    :class:`InputError` naming the bad entry."""
+    :class:`InputError` naming the bad entry (the command line puts the option's name
+    before it)."""
     entries = [part.strip() for part in text.split(",")]
     if not any(entries):
-        raise InputError("--loads names no load (give e.g. 0.5,0.7,0.85,1.0)")
+        raise InputError("no load given (give e.g. 0.5,0.7,0.85,1.0)")
     loads: list[float] = []
     for entry in entries:
         try:
             load = float(entry)
         except ValueError:
-            raise InputError(f"--loads: {entry!r} is not a number (give e.g. 0.5,0.7,0.85,1.0)"
+            raise InputError(f"{entry!r} is not a number (give e.g. 0.5,0.7,0.85,1.0)"
                              ) from None
         if not math.isfinite(load) or not 0.0 < load <= MAX_LOAD:
-            raise InputError(f"--loads: {entry!r} is not a load; each must be above 0 and at "
+            raise InputError(f"{entry!r} is not a load: each must be above 0 and at "
                              f"most {MAX_LOAD:g} (1.0: demand equals capacity)")
         if load in loads:
-            raise InputError(f"--loads: {entry!r} is given twice")
+            raise InputError(f"{entry!r} is given twice")
         loads.append(load)
     return tuple(loads)
 
