@@ -9,6 +9,7 @@ from slurm_rl.simulator.slurm_emulation import (
     QueuedJob,
     RunningShape,
     SlurmJobState,
+    completing_nodes,
     schedule_pass,
 )
 
@@ -91,3 +92,22 @@ def test_a_job_the_guard_brings_forward_goes_above_the_unpromoted_ones() -> None
     pending = {j: _job(j, 1, 1, None, 60.0) for j in ("a", "b", "c")}
     state.set_levers(("c", "a", "b"), {}, pending=pending, urgent=("b",))
     assert [q.job.job_id for q in state.queue(pending, 0.0)] == ["b", "a", "c"]
+
+
+def test_nothing_starts_on_a_completing_node_until_its_epilog_ends() -> None:
+    """A job ended on n1 at 0 and its epilog reports at 0.8: n1's 4 GPUs are free to the
+    daemon but not to Slurm. P (pinned to n1) waits and masks n1; U (a100:4, unpinned) is
+    planned at 0.8, so V (v100:4, 60 s, on the free n2) still starts; after 0.8 P starts."""
+    free, shapes = completing_nodes([4, 4, 0], {0: 0.8, 2: 0.5}, 0.0)
+    assert free == [0, 4, 0] and shapes == [RunningShape(0.8, (0,), (4,))]
+    running = [RunningShape(30.0, (2,), (4,)), *shapes]
+    pinned = Placement(("n1",), (4,))
+    queue = [QueuedJob(_job("P", 4, 1, None, 50.0), 0.0, pin=pinned),
+             QueuedJob(_job("U", 4, 1, "a100", 50.0), -1.0),
+             QueuedJob(_job("V", 4, 1, "v100", 60.0), -2.0)]
+    started = schedule_pass(0.0, iter(queue), free, lambda: running, CLUSTER)
+    assert [job.job_id for job, _ in started] == ["V"]
+    free, shapes = completing_nodes([4, 0, 0], {0: 0.8}, 0.8)
+    assert free == [4, 0, 0] and not shapes
+    started = schedule_pass(0.8, iter(queue[:2]), free, lambda: running[:1], CLUSTER)
+    assert [job.job_id for job, _ in started] == ["P"]

@@ -97,6 +97,24 @@ def schedule_pass(
     return state.starts
 
 
+def completing_nodes(free_gpus: Sequence[int], completing: Mapping[int, float], now: float
+                     ) -> tuple[list[int], list[RunningShape]]:
+    """A node where a job ended is COMPLETING until its epilog reports back, and Slurm starts
+    nothing there meanwhile, pinned jobs included (node_scheduler.c leaves
+    ``cg_node_bitmap`` out of every selection; backfill plans such a job for ``now + 1``),
+    although the node's GPUs already show free (``gres_used``) to the daemon, whose next
+    snapshot may pin them. ``completing``: node index -> when its epilog ends. Returns the
+    GPUs a pass may use now and the completing nodes' free GPUs as shapes that end with
+    the epilog (the backfill plan has them from then)."""
+    free = list(free_gpus)
+    shapes = []
+    for node, until in sorted(completing.items()):
+        if until > now and free[node] > 0:
+            shapes.append(RunningShape(until, (node,), (free[node],)))
+            free[node] = 0
+    return free, shapes
+
+
 def _free_to_go_anywhere(job: Job) -> bool:
     return job.gpu_type is None and job.num_nodes is None and job.gpus_per_node is None
 
