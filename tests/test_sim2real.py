@@ -22,6 +22,7 @@ from slurm_rl.sim2real import (
     simulate_runs,
 )
 from slurm_rl.slurm.priority import HeldPriorities, PriorityLimits, PriorityPlan
+from tests.slurm.replay import cycle_timing
 
 
 def test_kendall_tau_counts_concordant_and_discordant_pairs() -> None:
@@ -134,3 +135,15 @@ def test_the_replay_plans_priorities_with_the_holder_it_is_given() -> None:
                      if now == 2.0]
     assert promoted_at_2 == [(("3",), {"3": promoted_at_2[0][1]["3"]})]
     assert {j: r.start for j, r in runs.items()} == {"1": 0.0, "2": 30.0, "3": 2.0}
+
+
+def test_the_replay_fits_the_live_cycles_period_and_phase() -> None:
+    """A live daemon's cycles last interval_s plus a millisecond of sleep overshoot: 60
+    cycles of 2.001 s drift 0.06 s from a 2 s grid, so the replay fits the period."""
+    origin = 1000.0
+    cycles = [(origin - 1.6 + 2.001 * k, 0.15 + 0.01 * (k % 3)) for k in range(60)]
+    period, phase, duration = cycle_timing(cycles, origin, 2.0)
+    assert period == pytest.approx(2.001)
+    assert phase == pytest.approx(0.401)  # cycle 1, at origin + 0.401, is the first after it
+    assert duration == pytest.approx(0.16)
+    assert cycle_timing([], origin, 2.0) == (2.0, 0.0, 0.0)

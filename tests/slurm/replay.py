@@ -18,10 +18,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import random
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import tempfile
 import threading
@@ -50,7 +50,6 @@ CLUSTER = "replay"
 PARTITION = "gpu"
 WINDOW_S = 6  # the job_submit plugin's deferral window and the simulator's
 CYCLE_S = 2.0  # the daemon's interval_s and the simulator's cycle
-PHASE_WINDOW_S = 10.0  # the emulation takes its cycle phase from the cycles this soon
 BF_RESOLUTION_S = 1  # the emulation plans to the second; Slurm's default is 60
 # from the daemon's last scontrol call to slurmctld starting the job: fitted on the saved
 # runs (0, 0.3, 0.6, 1 s tried; 0.6 gave the smallest median error), docs/slurm-emulation.md
@@ -279,20 +278,28 @@ def daemon_cycles(config: DaemonConfig) -> tuple[tuple[float, float], ...]:
 
 
 def cycle_timing(cycles: Sequence[tuple[float, float]], origin: float, interval_s: float
-                 ) -> tuple[float, float]:
-    """The live cycles' phase after ``origin`` (the first sbatch) and their median
-    duration: the emulation decides on the same grid, and its levers act that much later
-    plus slurmctld's reaction (:data:`SLURM_REACTION_S`)."""
+                 ) -> tuple[float, float, float]:
+    """The live cycles' period, their phase after ``origin`` (the first sbatch) and their
+    median duration: the emulation decides on the same grid, and its levers act that much
+    later plus slurmctld's reaction (:data:`SLURM_REACTION_S`). The period is fitted (least
+    squares over every cycle): a live cycle lasts ``interval_s`` plus a millisecond or so of
+    sleep overshoot, which over a 2-minute run moves the late cycles by a tenth of a second,
+    enough to see a job submitted a few ms before a cycle, or not."""
     if not cycles:
-        return 0.0, 0.0
-    # The first cycles decide which cycle sees the first jobs, and the cycles drift a few
-    # ms each: their phase is the one to keep. A circular mean: phases just below the
-    # interval and just above 0 are neighbours.
-    early = [t for t, _ in cycles if origin - interval_s <= t <= origin + PHASE_WINDOW_S]
-    angles = [2 * math.pi * (t - origin) / interval_s for t in early or [t for t, _ in cycles]]
-    mean = math.atan2(sum(map(math.sin, angles)), sum(map(math.cos, angles)))
+        return interval_s, 0.0, 0.0
+    times = sorted(t for t, _ in cycles)
+    steps = [round((t - times[0]) / interval_s) for t in times]
+    period = interval_s
+    if len(set(steps)) > 1:
+        mean_k, mean_t = statistics.fmean(steps), statistics.fmean(times)
+        spread = sum((k - mean_k) ** 2 for k in steps)
+        pairs = zip(steps, times, strict=True)
+        period = sum((k - mean_k) * (t - mean_t) for k, t in pairs) / spread
+        start = mean_t - period * mean_k
+    else:
+        start = times[0]
     durations = sorted(d for _, d in cycles)
-    return (mean / (2 * math.pi) * interval_s) % interval_s, durations[len(durations) // 2]
+    return period, (start - origin) % period, durations[len(durations) // 2]
 
 
 def sim_jobs(jobs: dict[str, MiniJob], submitted: dict[str, float], real: dict[str, JobRun]
@@ -319,10 +326,10 @@ def simulate_world(jobs: dict[str, MiniJob], submitted: dict[str, float],
     cluster = dev_cluster(CLUSTER, [(n.name, n.gpu_type, n.gpus)
                                     for n in DevClusterConfig(groups=GROUPS).nodes()])
     origin = min((submitted[job_id] for job_id in real), default=0.0)
-    phase, duration = cycle_timing(cycles, origin, config.interval_s)
+    period, phase, duration = cycle_timing(cycles, origin, config.interval_s)
     reaction = SLURM_REACTION_S if reaction_s is None else reaction_s
     limits, floor = priority_limits(config), config.priority_floor
-    setup = WorldSetup(config.interval_s, float(config.defer_window_s), scheduler,
+    setup = WorldSetup(period, float(config.defer_window_s), scheduler,
                        lever_delay_s=duration + reaction, cycle_phase_s=phase,
                        held_priorities=lambda: HeldPriorities(limits, floor))
     return simulate_runs(cluster, sim_jobs(jobs, submitted, real), guarded, setup)
