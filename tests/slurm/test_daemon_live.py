@@ -172,9 +172,14 @@ def test_jobs_start_on_exactly_the_nodes_the_daemon_decided(
     daemon.close(retire=False)
 
 
-def test_jobs_start_in_the_order_the_daemon_ranked_them(
+def test_released_jobs_it_does_not_start_keep_slurms_own_order(
     live: LiveCluster, tmp_path: Path
 ) -> None:
+    """Only the jobs a decision starts (or the guard brings forward) get a priority of the
+    daemon's (docs/daemon.md, "Priorities"): jobs it ranks but cannot place are released at
+    Slurm's own priority, and with the dev cluster's zero multifactor weights Slurm starts
+    them in submit order, whatever the policy's ranking. Before session 27 they started in
+    the daemon's ranking, which a load then froze under the hourly priority limit."""
     blocker = live.sbatch("bob", "-N4", "--gres=gpu:a100:8", "-t", "10")
     _once(live, tmp_path / "first", policy="multifactor+best-fit")
     live.wait_state(blocker, "RUNNING", timeout_s=live.window_s + SCHED_SLACK_S)
@@ -189,15 +194,16 @@ def test_jobs_start_in_the_order_the_daemon_ranked_them(
     ranking = sorted(submitted, key=lambda j: decided[j].rank or 0)
     assert ranking == submitted[::-1]
     assert all(d.nodes is None and d.action == "release" for d in decided.values())
+    assert not any(a.startswith("Priority=") for d in decided.values() for a in d.argv or ())
     live.run("scancel", blocker)
     started: list[str] = []
-    for job_id in ranking:  # each needs more than half the a100s: one runs at a time
+    for job_id in submitted:  # each needs more than half the a100s: one runs at a time
         live.wait_state(job_id, "RUNNING", timeout_s=SCHED_SLACK_S + 4)
-        waiting = [j for j in ranking if j not in started and j != job_id]
+        waiting = [j for j in submitted if j not in started and j != job_id]
         assert all(live.job(j).state == "PENDING" for j in waiting)
         started.append(job_id)
         live.run("scancel", job_id)
-    assert started == ranking
+    assert started == submitted
 
 
 # -- shadow and dry-run -------------------------------------------------------------------
