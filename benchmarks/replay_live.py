@@ -15,6 +15,7 @@ other nodes, or > 5 s apart); with ``--jobs-detail`` every disagreeing job is li
     python benchmarks/replay_live.py --until 07:48   # start no run that would end later
     python benchmarks/replay_live.py --from runs/    # re-simulate saved runs: no Slurm
     python benchmarks/replay_live.py --from benchmarks/replay_live_runs   # the published table
+    python benchmarks/replay_live.py --from runs/ --spread 10   # and 10 jittered replays each
 
 Needs root and Slurm (scripts/install-slurm.sh); about 1.5 min a run.
 """
@@ -38,8 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from slurm_rl.sim2real import (  # noqa: E402
     SUMMARY_HEADER,
     Comparison,
+    Spread,
     job_lines,
     kind_of,
+    spread,
     summary_line,
 )
 from slurm_rl.simulator.slurm_emulation import SLURM_SCHEDULERS, SlurmScheduler  # noqa: E402
@@ -50,6 +53,7 @@ from tests.slurm.replay import (  # noqa: E402
     make_trace,
     replay_cluster,
     resimulate,
+    resimulate_jittered,
     run_live,
     save_run,
 )
@@ -73,6 +77,10 @@ def _args() -> argparse.Namespace:
                         help="one trace of 8 jobs, fifo+best-fit, both schedulers")
     parser.add_argument("--plan-only", action="store_true", help="print the traces and stop")
     parser.add_argument("--jobs-detail", action="store_true", help="list disagreeing jobs")
+    parser.add_argument("--spread", type=int, default=0, metavar="N",
+                        help="with --from: also replay each run N times with the sub-second "
+                             "timings drawn anew (tests/slurm/replay.py Jitter) and say which "
+                             "live node sets some replica reaches")
     parser.add_argument("--until", default=None, metavar="HH:MM",
                         help="UTC time by which the live runs must be done (a shared cluster's "
                              "slot): a run that would end later, by the longest so far, is "
@@ -83,6 +91,8 @@ def _args() -> argparse.Namespace:
     for name in args.schedulers.split(","):
         if name not in SLURM_SCHEDULERS:
             parser.error(f"--schedulers: unknown {name!r} (known: {', '.join(SLURM_SCHEDULERS)})")
+    if args.spread < 0 or (args.spread and args.saved is None):
+        parser.error("--spread takes a number of replicas, with --from")
     if args.traces < 1 or args.jobs < 1:
         parser.error("--traces and --jobs must be at least 1")
     try:
@@ -121,7 +131,7 @@ def _describe(seed: int, trace: tuple[MiniJob, ...]) -> str:
 def main() -> int:
     args = _args()
     if args.saved is not None:
-        return _from_saved(args.saved, args.jobs_detail)
+        return _from_saved(args.saved, args.jobs_detail, args.spread)
     traces = {seed: make_trace(args.jobs, seed) for seed in args.seeds}
     for seed, trace in traces.items():
         print(_describe(seed, trace))
@@ -158,8 +168,9 @@ def main() -> int:
     return 0
 
 
-def _from_saved(directory: Path, detail: bool) -> int:
+def _from_saved(directory: Path, detail: bool, replicas: int = 0) -> int:
     results = []
+    spreads: list[tuple[str, Spread]] = []
     paths = sorted(directory.glob("*.json")) if directory.is_dir() else [directory]
     for path in paths:
         run = resimulate(path)
@@ -167,11 +178,31 @@ def _from_saved(directory: Path, detail: bool) -> int:
         if detail:
             print(summary_line(path.stem, run.comparison))
             print("\n".join(job_lines(run.comparison)))
+        if replicas:
+            spreads.append((path.stem, spread(run.real, resimulate_jittered(path, replicas))))
     if not results:
         print(f"no saved runs (*.json) in {directory}", file=sys.stderr)
         return 1
     _print_table(results)
+    if spreads:
+        _print_spreads(spreads)
     return 0
+
+
+def _print_spreads(spreads: list[tuple[str, Spread]]) -> None:
+    """Per run: the best of the jittered replicas, and the live node sets some reach."""
+    replicas = spreads[0][1].replicas
+    print(f"\nwith the sub-second timings drawn anew, {replicas} replicas a run "
+          "(best replica; reach = live node set in some replica):")
+    print(SUMMARY_HEADER + f" {'reach':>7}")
+    for label, result in spreads:
+        print(summary_line(label, result.best) + f" {100 * result.reachable:>6.1f}%")
+    jobs = [row for _, r in spreads for row in r.best.jobs]
+    same = sum(row.same_nodes for row in jobs) / max(1, len(jobs))
+    taus = sorted(r.best.tau for _, r in spreads)
+    reach = sum(r.reachable for _, r in spreads) / len(spreads)
+    print(f"best replicas: identical node sets {100 * same:.1f}%, tau min {taus[0]:.3f} median "
+          f"{taus[len(taus) // 2]:.3f}; live node sets reached {100 * reach:.1f}%")
 
 
 def _one(work: Path, trace: tuple[MiniJob, ...], seed: int, policy: str,

@@ -139,6 +139,31 @@ def compare(real: Mapping[str, JobRun], sim: Mapping[str, JobRun]) -> Comparison
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """How the live schedule sits among several emulated ones, each with its own draw of the
+    sub-second timings that vary live (``tests/slurm/replay.py`` ``Jitter``): ``reachable``,
+    the share of jobs whose live node set at least one replica gives them; ``best``, the
+    replica that agrees most (identical node sets, then tau)."""
+
+    replicas: int
+    reachable: float
+    best: Comparison
+
+
+def spread(real: Mapping[str, JobRun], sims: Sequence[Mapping[str, JobRun]]) -> Spread:
+    """The live run against each replica (:class:`Spread`); at least one replica."""
+    if not sims:
+        raise ValueError("spread needs at least one replica")
+    comparisons = [compare(real, sim) for sim in sims]
+    reachable = sum(
+        any(sim.get(job_id) is not None and set(sim[job_id].nodes) == set(run.nodes)
+            for sim in sims)
+        for job_id, run in real.items())
+    best = max(comparisons, key=lambda c: (c.same_nodes, c.tau))
+    return Spread(len(sims), reachable / len(real) if real else 1.0, best)
+
+
 def kind_of(row: JobComparison, gpu_type_of: Mapping[str, str]) -> str:
     """What a disagreeing job is: ``node tie`` (started within TIE_S, on as many nodes of
     the same GPU types, just not the same ones: which of two equal nodes freed first),

@@ -20,6 +20,7 @@ from slurm_rl.sim2real import (
     kind_of,
     percentile,
     simulate_runs,
+    spread,
 )
 from slurm_rl.slurm.priority import HeldPriorities, PriorityLimits, PriorityPlan
 from tests.slurm.replay import cycle_timing
@@ -147,3 +148,15 @@ def test_the_replay_fits_the_live_cycles_period_and_phase() -> None:
     assert phase == pytest.approx(0.401)  # cycle 1, at origin + 0.401, is the first after it
     assert duration == pytest.approx(0.16)
     assert cycle_timing([], origin, 2.0) == (2.0, 0.0, 0.0)
+
+
+def test_the_spread_says_which_live_node_sets_some_replica_reaches() -> None:
+    real = {"1": _run("1", 0, 2, ("a",)), "2": _run("2", 0, 3, ("b",))}
+    one = {"1": _run("1", 0, 2, ("b",)), "2": _run("2", 0, 3, ("b",))}
+    other = {"1": _run("1", 0, 2, ("a",)), "2": _run("2", 0, 3, ("a",))}
+    result = spread(real, [one, other])
+    assert result.replicas == 2 and result.reachable == 1.0  # each job's nodes, in one of them
+    assert result.best.same_nodes == 0.5
+    assert spread(real, [one]).reachable == 0.5
+    with pytest.raises(ValueError):
+        spread(real, [])

@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -302,23 +302,41 @@ def cycle_timing(cycles: Sequence[tuple[float, float]], origin: float, interval_
     return period, (start - origin) % period, durations[len(durations) // 2]
 
 
-def sim_jobs(jobs: dict[str, MiniJob], submitted: dict[str, float], real: dict[str, JobRun]
-             ) -> list[Job]:
+def sim_jobs(jobs: dict[str, MiniJob], submitted: dict[str, float], real: dict[str, JobRun],
+             extra_s: Mapping[str, float] | None = None) -> list[Job]:
     """The jobs as the daemon's source sees them (Slurm's ids), submitted when sbatch ran,
-    with the sleeps as their durations."""
+    with the sleeps (plus ``extra_s``, Slurm's launch and end latency) as their durations."""
+    extra = extra_s or {}
     return [
         Job(job_id=job_id, submit_time=submitted[job_id], num_gpus=m.nodes * m.gpus_per_node,
             user=m.user, partition=PARTITION, num_nodes=m.nodes, gpus_per_node=m.gpus_per_node,
-            gpu_type=m.gpu_type, time_limit=60.0 * m.limit_min, oracle_duration=float(m.sleep_s))
+            gpu_type=m.gpu_type, time_limit=60.0 * m.limit_min,
+            oracle_duration=m.sleep_s + extra.get(job_id, 0.0))
         for job_id, m in jobs.items() if job_id in real
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class Jitter:
+    """The sub-second timings a live run draws anew each time (docs/slurm-emulation.md): how
+    long a decision's levers take to act beyond the cycle's own work (one draw a replica,
+    uniform in ``reaction_s``) and how much longer than its ``sleep`` each job runs
+    (uniform in ``overrun_s``: launch and completion, measured 0.0-0.6 s a run on average)."""
+
+    reaction_s: tuple[float, float] = (0.1, 0.9)
+    overrun_s: tuple[float, float] = (0.0, 0.5)
+
+    def draw(self, rng: random.Random, job_ids: Sequence[str]) -> tuple[float, dict[str, float]]:
+        reaction = rng.uniform(*self.reaction_s)
+        return reaction, {job_id: rng.uniform(*self.overrun_s) for job_id in sorted(job_ids)}
+
+
 def simulate_world(jobs: dict[str, MiniJob], submitted: dict[str, float],
                    real: dict[str, JobRun], config: DaemonConfig, scheduler: SlurmScheduler,
-                   cycles: Sequence[tuple[float, float]] = (), reaction_s: float | None = None
-                   ) -> dict[str, JobRun]:
-    """The simulator's replay of the jobs Slurm ran, under the daemon's own policy object."""
+                   cycles: Sequence[tuple[float, float]] = (), reaction_s: float | None = None,
+                   extra_s: Mapping[str, float] | None = None) -> dict[str, JobRun]:
+    """The simulator's replay of the jobs Slurm ran, under the daemon's own policy object
+    (``reaction_s``, ``extra_s``: a :class:`Jitter` draw; default none)."""
     policy = make_policy(config.policy, seed=config.seed, bundle=config.policy_bundle,
                          rules=config.ranking_rules)
     guarded = GuardedScheduler(PrimedScheduler(policy, None),
@@ -332,7 +350,7 @@ def simulate_world(jobs: dict[str, MiniJob], submitted: dict[str, float],
     setup = WorldSetup(period, float(config.defer_window_s), scheduler,
                        lever_delay_s=duration + reaction, cycle_phase_s=phase,
                        held_priorities=lambda: HeldPriorities(limits, floor))
-    return simulate_runs(cluster, sim_jobs(jobs, submitted, real), guarded, setup)
+    return simulate_runs(cluster, sim_jobs(jobs, submitted, real, extra_s), guarded, setup)
 
 
 def _wait(check: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -361,6 +379,27 @@ def save_run(run: ReplayRun, path: Path) -> None:
 
 def resimulate(path: Path) -> ReplayRun:
     """A saved run's live half, replayed again by the emulation as it is now."""
+    run, config = _saved(path)
+    sim = simulate_world(run.jobs, run.submitted, run.real, config, run.scheduler, run.cycles)
+    return dataclasses.replace(run, sim=sim)
+
+
+def resimulate_jittered(path: Path, replicas: int, seed: int = 0,
+                        jitter: Jitter = Jitter()) -> list[dict[str, JobRun]]:
+    """A saved run replayed ``replicas`` times, each with its own :class:`Jitter` draw: the
+    schedules the emulation finds possible when the sub-second timings vary as they do live."""
+    run, config = _saved(path)
+    rng = random.Random(f"{path.stem}:{seed}")
+    sims = []
+    for _ in range(replicas):
+        reaction, extra = jitter.draw(rng, list(run.real))
+        sims.append(simulate_world(run.jobs, run.submitted, run.real, config, run.scheduler,
+                                   run.cycles, reaction, extra))
+    return sims
+
+
+def _saved(path: Path) -> tuple[ReplayRun, DaemonConfig]:
+    """A saved run's live half (its ``sim`` empty) and the daemon settings it ran with."""
     document = json.loads(path.read_text())
     jobs = {job_id: MiniJob(**fields) for job_id, fields in document["jobs"].items()}
     real = {job_id: JobRun(**{**fields, "nodes": tuple(fields["nodes"])})
@@ -371,10 +410,10 @@ def resimulate(path: Path) -> ReplayRun:
     limits = (PriorityLimits(**document["priority_limits"]) if "priority_limits" in document
               else LEGACY_LIMITS)
     config = daemon_config_for(document["policy"], Path(tempfile.gettempdir()), limits)
-    sim = simulate_world(jobs, submitted, real, config, scheduler, cycles)
     over = [r.end - r.start - jobs[j].sleep_s for j, r in real.items()]
     decisions = tuple((float(t), str(j), str(a), str(n))
                       for t, j, a, n in document.get("decisions", ()))
-    return ReplayRun(document["policy"], scheduler, jobs, real, sim,
-                     sum(over) / max(1, len(over)), cycles, submitted, decisions,
-                     priority_limits(config))
+    run = ReplayRun(document["policy"], scheduler, jobs, real, {},
+                    sum(over) / max(1, len(over)), cycles, submitted, decisions,
+                    priority_limits(config))
+    return run, config
