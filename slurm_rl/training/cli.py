@@ -185,14 +185,14 @@ def evaluate_command(**options: Any) -> None:
 def _sweep(scenario: Any, specs: Any, workers: int, options: dict[str, Any]) -> None:
     import time
 
-    from slurm_rl.training.sweep import run_sweep
+    from slurm_rl.training.sweep import code_version, run_sweep
     from slurm_rl.training.sweep_report import write_sweep
 
-    started = time.perf_counter()
+    started, code = time.perf_counter(), code_version()
     runs = run_sweep(scenario, options["loads"], specs, options["replicas"], workers,
                      progress=True)
     path = write_sweep(runs, scenario.cluster, options["report_dir"], _sweep_command(options),
-                       time.perf_counter() - started)
+                       time.perf_counter() - started, code)
     console.print(f"sweep: {len(runs.points)} loads x {runs.replicas} replicas x "
                   f"{len(runs.policies)} policies in {time.perf_counter() - started:.0f} s; "
                   f"report: {path}", highlight=False)

@@ -15,9 +15,11 @@ reports (mean and 95 % interval over replicas, the verdict per load) are
 from __future__ import annotations
 
 import math
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -291,3 +293,19 @@ def run_sweep(scenario: Scenario, loads: Sequence[float], specs: Sequence[Policy
                 by_policy[spec.label].append(next(flat))
     frozen = {load: {p: tuple(r) for p, r in by.items()} for load, by in runs.items()}
     return SweepRuns(tuple(points), replicas, tuple(spec.label for spec in specs), frozen)
+
+
+def code_version() -> str:
+    """The checkout's commit, and whether ``slurm_rl`` had uncommitted changes: a sweep's
+    figures belong to the code it ran (read when the sweep starts, as its workers do)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True, timeout=30)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--",
+                                "slurm_rl"], capture_output=True, text=True, check=True,
+                               timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    changed = " with uncommitted changes to slurm_rl" if dirty.stdout.strip() else ""
+    return f"{head.stdout.strip()}{changed}"

@@ -67,8 +67,10 @@ def write_plots(payload: Mapping[str, Any], directory: Path) -> list[str]:
         _draw(axes, points, metric)
         axes.set_xlabel("offered load (achieved)")
         axes.set_ylabel(title)
+        replicas = payload["replicas"]
+        band = "95 % interval" if replicas > 1 else "no interval"
         axes.set_title(f"{title}: {payload['scenario']} on {payload['cluster']}, "
-                       f"{payload['replicas']} replica(s), 95 % interval", fontsize=9)
+                       f"{replicas} replica{'s' if replicas > 1 else ''}, {band}", fontsize=9)
         axes.grid(alpha=0.3)
         axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         figure.savefig(directory / FILES[metric], dpi=110, bbox_inches="tight")

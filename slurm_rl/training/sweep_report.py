@@ -164,18 +164,23 @@ def sweep_payload(runs: SweepRuns, original_nodes: Mapping[str, int]) -> dict[st
 
 
 def _iv(value: Mapping[str, Any], digits: int) -> str:
-    return f"{value['mean']:,.{digits}f} [{value['low']:,.{digits}f}, {value['high']:,.{digits}f}]"
+    """The mean and its interval; the mean alone for one replica (it has no interval)."""
+    mean = f"{value['mean']:,.{digits}f}"
+    if len(value["per_replica"]) < 2:
+        return mean
+    return f"{mean} [{value['low']:,.{digits}f}, {value['high']:,.{digits}f}]"
 
 
 _DIGITS = {"avg_jct_h": 2, "jct_over_bound": 2, "fees": 0, "p99_wait_h": 2}
 
 
 def sweep_markdown(payload: Mapping[str, Any], command: str, wall_s: float,
-                   plots: Sequence[str]) -> str:
+                   plots: Sequence[str], code: str = "") -> str:
     points = payload["points"]
     lines = [f"# Load sweep: {payload['scenario']} on {payload['cluster']}, "
              f"{payload['mode']} mode", "",
-             f"Command (run in {wall_s / 60:.1f} min here):", "", "```", command, "```", "",
+             f"Command (run in {wall_s / 60:.1f} min here{', code ' + code if code else ''}):",
+             "", "```", command, "```", "",
              "**Offered load** ρ = D / (C · T): D the trace's GPU-time demand in reference-GPU "
              "seconds (Σ GPUs × recorded run time), C the cluster's capacity in reference-GPU "
              "equivalents (each GPU type worth the harmonic mean of its speeds over the "
@@ -183,13 +188,12 @@ def sweep_markdown(payload: Mapping[str, Any], command: str, wall_s: float,
              "(`offered_load`, slurm_rl/training/sweep.py, gives the maths). It counts no "
              "queueing, spreading or fluctuation, so a cluster fills up below ρ = 1.", "",
              "**How each load was reached**: by scaling every node group of the cluster by "
-             "one factor (original load / target), the GPU-type mix kept, node counts rounded "
-             "half up and never below 1; the trace and its arrival times are as recorded. "
-             "Rounding makes the achieved load differ a little from the target: both are "
-             "below.", "",
-             f"**Figures**: means over {payload['replicas']} replicas (machine-fluctuation "
-             f"seeds {', '.join(map(str, payload['fluctuation_seeds']))}) with the 95 % "
-             "Student-t interval of the mean in brackets. **Lower bound** of the avg JCT: "
+             "one factor (original load / target), the GPU-type mix kept: each group's node "
+             "count the floor or the ceiling of its exact share, whichever brings the capacity "
+             "nearest the target (largest remainder first), never below 1 (`scaled_counts`); "
+             "the trace and its arrival times are as recorded. Rounding makes the achieved "
+             "load differ a little from the target: both are below.", "",
+             f"**Figures**: {_replicas(payload)}. **Lower bound** of the avg JCT: "
              "every job starting at submit on the fastest GPUs it can use, alone, on healthy "
              "machines (no queueing, capacity ignored; `ScheduleMetrics.jct_lower_bound_s`). "
              "An ordering's line takes its best placement (lowest mean JCT) at each load.", "",
@@ -226,6 +230,14 @@ def sweep_markdown(payload: Mapping[str, Any], command: str, wall_s: float,
     return "\n".join(lines)
 
 
+def _replicas(payload: Mapping[str, Any]) -> str:
+    seeds = ", ".join(map(str, payload["fluctuation_seeds"]))
+    if payload["replicas"] < 2:
+        return f"one replica (machine-fluctuation seed {seeds}): no interval"
+    return (f"means over {payload['replicas']} replicas (machine-fluctuation seeds {seeds}) "
+            "with the 95 % Student-t interval of the mean in brackets")
+
+
 def _placement(line: str, policy: str) -> str:
     return f" ({policy.split('+', 1)[1]})" if policy != line and "+" in policy else ""
 
@@ -259,7 +271,7 @@ def _verdict_table(points: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def write_sweep(runs: SweepRuns, original: Cluster, directory: Path, command: str,
-                wall_s: float) -> Path:
+                wall_s: float, code: str = "") -> Path:
     """``sweep.json``, the plots and ``sweep.md`` in ``directory``; the markdown's path."""
     from slurm_rl.training.sweep_plots import write_plots
 
@@ -269,7 +281,7 @@ def write_sweep(runs: SweepRuns, original: Cluster, directory: Path, command: st
     (directory / "sweep.json").write_text(json.dumps(payload, indent=2) + "\n")
     plots = write_plots(payload, directory)
     path = directory / "sweep.md"
-    path.write_text(sweep_markdown(payload, command, wall_s, plots) + "\n"
+    path.write_text(sweep_markdown(payload, command, wall_s, plots, code) + "\n"
                     + timing_markdown(runs, wall_s))
     return path
 
