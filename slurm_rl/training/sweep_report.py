@@ -247,7 +247,9 @@ def _verdict_table(points: Sequence[Mapping[str, Any]]) -> list[str]:
         return ["No dual agent in this sweep: no verdict."]
     rows = ["The issue's criteria, means over replicas: the dual agent against the best "
             "realisable baseline (any realisable ordering with any placement: the lowest mean "
-            "JCT); gap closed = (baseline − agent) / (baseline − best SJF-oracle policy), "
+            "JCT among those this sweep replayed, which `--orderings` and `--placements` may "
+            "have cut short); gap closed = (baseline − agent) / (baseline − best SJF-oracle "
+            "policy), "
             f"needed ≥ {GAP_TARGET:.0%} from load {GAP_FROM_LOAD:g}; p99 wait at most "
             f"{WAIT_FACTOR:g}× the baseline's.", "",
             "| load | best realisable baseline | its JCT h | dual JCT h | SJF-oracle JCT h | "
