@@ -20,7 +20,12 @@ from slurm_rl.slurm.deferral import deferred_until
 from slurm_rl.slurm.exclusion import plan_exclusion, stale_exclusions
 from slurm_rl.slurm.onetype import FEATURES, OneType
 from slurm_rl.slurm.ownership import EXC, PIN, fold
-from slurm_rl.slurm.priority import PRIORITY_CEILING, PriorityLimits, plan_priorities
+from slurm_rl.slurm.priority import (
+    PRIORITY_CEILING,
+    PriorityLimits,
+    above_the_held,
+    plan_priorities,
+)
 from slurm_rl.slurm.proc import CommandResult, is_unreachable
 from slurm_rl.slurm.records import SlurmJob, numeric_id
 from slurm_rl.slurm.source import SlurmState
@@ -238,8 +243,8 @@ def plan(
         pinned = {job.job_id for job in ranked
                   if PIN in extra.get(job.job_id, {}) or job.job_id in memory.pinned}
         ranked, promoted = placed_first(ranked, pinned), promoted | pinned
-    else:  # advise: the placed jobs (Slurm picks their nodes)
-        promoted |= set(decision.placements)
+    else:  # advise: the placed jobs too (Slurm picks their nodes)
+        promoted = set(decision.promoted)
     _release_updates(ranked, extra, state, config, memory, planned, promoted)
     if placing:
         # Jobs no longer released keep no exclusion of ours (cleared with a deferral, if any).
@@ -315,8 +320,8 @@ def _release_updates(
     """Placement, exclusion and release for the released jobs, and a priority for the
     ``promoted`` ones (:func:`promoted_order`), highest first."""
     order = promoted_order(ranked, promoted, state, config.priority_floor)
-    current = {job.job_id: job.priority for job in order}
-    priorities = plan_priorities([j.job_id for j in order], current, config.priority_floor,
+    current = {job.job_id: job.priority for job in state.managed.values()}
+    priorities = plan_priorities(order, current, config.priority_floor,
                                  config.priority_limits, memory.may_reprioritize)
     planned.withheld.update({job: why for job, why in priorities.withheld.items()
                              if job in promoted})
@@ -334,22 +339,20 @@ def _release_updates(
 
 
 def promoted_order(ranked: Sequence[SlurmJob], promoted: Collection[str], state: SlurmState,
-                   floor: int) -> list[SlurmJob]:
-    """The jobs whose priorities the walk plans: the ``promoted`` released jobs (the ones the
-    decision starts now, the pinned ones waiting for their nodes, the ones the fairness guard
-    brings forward) in ``ranked``'s order, above every other pending job that still holds a
-    priority of ours (by that value, highest first: context the walk keeps, so the promoted
-    jobs go above it). Every other job keeps the priority Slurm gives it (the site's
-    multifactor, ties by submit time): under load a job may change its priority only about
-    twice an hour, and a full order sent at release is then frozen in whatever place each
-    job got, whereas Slurm's own order never goes stale (docs/fairness.md)."""
-    first = [job for job in ranked if job.job_id in promoted]
-    chosen = {job.job_id for job in first}
-    context = [job for job in state.managed.values()
-               if job.is_pending and job.job_id not in chosen and job.priority is not None
-               and floor <= job.priority < PRIORITY_CEILING]
-    context.sort(key=lambda job: (-(job.priority or 0), numeric_id(job.job_id)))
-    return first + context
+                   floor: int) -> list[str]:
+    """The job ids whose priorities the walk plans: the ``promoted`` released jobs (the ones
+    the decision starts now, the pinned ones waiting for their nodes, the ones the fairness
+    guard brings forward) in ``ranked``'s order, above every other pending job that still
+    holds a priority of ours (:func:`~slurm_rl.slurm.priority.above_the_held`). Every other
+    job keeps the priority Slurm gives it (the site's multifactor, ties by submit time):
+    under load a job may change its priority only about twice an hour, and a full order sent
+    at release is then frozen in whatever place each job got, whereas Slurm's own order
+    never goes stale (docs/fairness.md)."""
+    held = {job.job_id: job.priority
+            for job in sorted(state.managed.values(), key=lambda job: numeric_id(job.job_id))
+            if job.is_pending and job.priority is not None
+            and floor <= job.priority < PRIORITY_CEILING}
+    return above_the_held([job.job_id for job in ranked if job.job_id in promoted], held)
 
 
 def _hold_updates(

@@ -233,6 +233,16 @@ def renumber(ranking: Sequence[str], floor: int, ceiling: int = PRIORITY_CEILING
     return {job_id: floor + step * (size - 1 - i) for i, job_id in enumerate(ranking)}
 
 
+def above_the_held(promoted: Sequence[str], held: Mapping[str, int]) -> list[str]:
+    """The ranking the walk plans when only ``promoted`` jobs are to move: those, highest
+    first, then every other job ``held`` gives a value of ours, by that value (highest
+    first; ties in ``held``'s order) as context the walk keeps, so that the promoted jobs go
+    above it (slurm_rl/slurm/plan.py, HeldPriorities)."""
+    chosen = set(promoted)
+    context = sorted((job for job in held if job not in chosen), key=lambda job: -held[job])
+    return [*promoted, *context]
+
+
 class PriorityBudget:
     """When each job's accepted priority changes were sent, and whether it may have another
     within ``limit`` an hour (None: no limit).
@@ -292,12 +302,9 @@ class HeldPriorities:
         """Plan the ``promoted`` jobs (highest first) above the other values held, and hold
         the result for the promoted ones; the others keep theirs."""
         values = {job: v for job, v in self._values.items() if job in alive}
-        chosen = set(promoted)
-        context = sorted((job for job in values if job not in chosen),
-                         key=lambda job: -values[job])
         may_change = self.budget.may_change(now, alive, urgent)
-        planned = plan_priorities([*promoted, *context], values, self.floor, self.limits,
-                                  may_change)
+        planned = plan_priorities(above_the_held(promoted, values), values, self.floor,
+                                  self.limits, may_change)
         for job in promoted:
             value = planned.wanted.get(job)
             if value is not None and values.get(job) != value:
