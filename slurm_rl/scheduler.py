@@ -77,10 +77,16 @@ class Scheduler:
     def policy_id(self) -> str:
         return f"{self.ordering.name}+{self.placement.name}"
 
-    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+    def observe(self, snapshot: ClusterSnapshot) -> None:
+        """Take in ``snapshot`` without deciding (a decision does this first): the policies'
+        histories and the started jobs' waits the ranking step reads. A rollout's agent
+        observes the warm-up this way while a heuristic decides."""
         self.ordering.observe(snapshot)
         self.placement.observe(snapshot)
         self.started.observe(snapshot)
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        self.observe(snapshot)
         free = list(snapshot.free_gpus)
         if not snapshot.pending:
             self.last_reranking = unchanged(snapshot, waiting_fairness(snapshot), self.rules)

@@ -4,16 +4,18 @@ the actors did; reproducible from the seed; the held-out month is refused."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from slurm_rl.agents.ordering.agent import network_config
+from slurm_rl.agents.ordering.agent import Bundle, build_scheduler, network_config
 from slurm_rl.agents.ordering.network import DualNetwork
 from slurm_rl.core import Cluster
 from slurm_rl.errors import InputError
 from slurm_rl.traces import parse_window, synthetic_philly
+from slurm_rl.training.actors import training_actors
 from slurm_rl.training.batch import collate_placements, collate_steps
 from slurm_rl.training.episodes import EpisodeSampler, check_not_held_out
 from slurm_rl.training.objectives import plackett_luce_logp
@@ -141,3 +143,27 @@ def test_episodes_lie_inside_the_window_and_repeat_with_the_seed() -> None:
     assert first == sampler.sample(np.random.default_rng(3), 20, seed=1, iteration=1)
     with pytest.raises(InputError, match="shorter"):
         EpisodeSampler(trace, "2017-10-01:2017-10-02", warmup_days=2.0, episode_days=1.0)
+
+
+def test_a_rollout_decides_as_the_deployed_scheduler_on_the_same_snapshot() -> None:
+    """One decision loop (issue 20): the training scheduler, greedy, gives the decision the
+    deployed one built from a bundle of the same network gives: ranking cut at max_ranked,
+    the same placements and the same exclusions."""
+    torch.manual_seed(3)
+    network = DualNetwork(network_config(16, 0.0, "pace"))
+    burst = [job(f"b{i}", float(i), [1, 2, 4, 8][i % 4], 600.0 + 50 * i) for i in range(30)]
+    sim = simulation(burst, mode="slurm", cycle_s=10.0)
+    snapshot = sim.next_snapshot()
+    while snapshot is not None and len(snapshot.pending) < 20:
+        snapshot = sim.next_snapshot()
+    assert snapshot is not None
+    config = RolloutConfig(fee_weight=0.1, chooser="rwgp-excluding", mode="greedy",
+                           max_ranked=5)
+    trained = training_actors(network, SPEED, config, seed=0).scheduler.decide(snapshot)
+    bundle = Bundle(Path("unsaved"), network, {"chooser": "rwgp-excluding", "fee_weight": 0.1})
+    deployed = build_scheduler(bundle, SPEED, max_ranked=5, threads=None).decide(snapshot)
+    assert len(trained.ranking) == 5
+    assert trained.ranking == deployed.ranking
+    assert trained.placements == deployed.placements
+    assert trained.exclusions == deployed.exclusions
+    assert trained.migrations == deployed.migrations
