@@ -25,8 +25,9 @@ from slurm_rl.simulator.cluster_spec import load_cluster_spec
 from slurm_rl.simulator.engine import SimConfig
 from slurm_rl.simulator.outcomes import JobOutcome, Timeline
 from slurm_rl.traces import synthetic_philly, window
+from slurm_rl.training.actors import RolloutConfig
 from slurm_rl.training.rewards import job_rewards, run_charges
-from slurm_rl.training.rollout import EpisodeSpec, RolloutConfig, run_episode
+from slurm_rl.training.rollout import EpisodeSpec, run_episode
 from slurm_rl.training.validation import objective
 from tests.sim_doubles import job, simulation, small_cluster
 

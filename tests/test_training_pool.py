@@ -9,8 +9,9 @@ from slurm_rl.agents.ordering.agent import network_config
 from slurm_rl.agents.ordering.network import DualNetwork
 from slurm_rl.errors import InputError
 from slurm_rl.training import pool as pool_module
+from slurm_rl.training.actors import RolloutConfig
 from slurm_rl.training.pool import RolloutPool, WorldSpec, resolve_backend
-from slurm_rl.training.rollout import EpisodeSpec, RolloutConfig
+from slurm_rl.training.rollout import EpisodeSpec
 
 pytestmark = pytest.mark.slow
 

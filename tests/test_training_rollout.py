@@ -15,12 +15,12 @@ from slurm_rl.agents.ordering.network import DualNetwork
 from slurm_rl.core import Cluster
 from slurm_rl.errors import InputError
 from slurm_rl.traces import parse_window, synthetic_philly
-from slurm_rl.training.actors import training_actors
+from slurm_rl.training.actors import RolloutConfig, training_actors
 from slurm_rl.training.batch import collate_placements, collate_steps
 from slurm_rl.training.episodes import EpisodeSampler, check_not_held_out
 from slurm_rl.training.objectives import plackett_luce_logp
 from slurm_rl.training.rewards import mean_price, pending_integrals
-from slurm_rl.training.rollout import Episode, EpisodeSpec, RolloutConfig, run_episode
+from slurm_rl.training.rollout import Episode, EpisodeSpec, run_episode
 from tests.sim_doubles import job, simulation, small_cluster
 
 SPEED = {"A100": 2.0, "V100": 1.0}

@@ -15,10 +15,11 @@ import torch
 from slurm_rl import __version__
 from slurm_rl.agents.ordering.agent import PLACEMENT_GP, load_bundle, save_bundle
 from slurm_rl.retrain.calibrate import Calibration
+from slurm_rl.training.actors import RolloutConfig
 from slurm_rl.training.objectives import ReturnScaler
 from slurm_rl.training.pool import RolloutPool, WorldSpec
 from slurm_rl.training.ppo import Args, _rewards, ppo_update
-from slurm_rl.training.rollout import EpisodeSpec, RolloutConfig
+from slurm_rl.training.rollout import EpisodeSpec
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from slurm_rl.training.rollout import Step
+from slurm_rl.training.actors import Step
 
 
 @dataclass(frozen=True)

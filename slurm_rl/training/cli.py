@@ -15,9 +15,9 @@ from slurm_rl.agents.ordering.network import PRIORS
 from slurm_rl.cli_options import FiniteFloat, WritableDir, checkpoint_options
 from slurm_rl.errors import InputError
 from slurm_rl.paths import default_bundle_path
+from slurm_rl.training.actors import PLACEMENT_TEACHERS
 from slurm_rl.training.evaluate import PLACEMENTS
 from slurm_rl.training.pool import BACKENDS
-from slurm_rl.training.rollout import PLACEMENT_TEACHERS
 
 console = Console()
 

@@ -31,7 +31,8 @@ from slurm_rl.scenario import Scenario, build_simulation
 from slurm_rl.simulator.cluster_spec import ClusterSpec, load_cluster_spec
 from slurm_rl.simulator.engine import SimConfig
 from slurm_rl.traces import Trace, window
-from slurm_rl.training.rollout import Episode, EpisodeSpec, RolloutConfig, run_episode
+from slurm_rl.training.actors import RolloutConfig
+from slurm_rl.training.rollout import Episode, EpisodeSpec, run_episode
 from slurm_rl.workloads import open_workload
 
 

@@ -45,6 +45,7 @@ from torch import Tensor, nn
 from slurm_rl import __version__
 from slurm_rl.agents.ordering.agent import network_config, save_bundle
 from slurm_rl.agents.ordering.network import DualNetwork
+from slurm_rl.training.actors import RolloutConfig, Step, observation_tensors
 from slurm_rl.training.batch import StepBatch, collate_placements, collate_steps
 from slurm_rl.training.curves import CurveLog
 from slurm_rl.training.episodes import EpisodeSampler, check_not_held_out
@@ -55,7 +56,7 @@ from slurm_rl.training.objectives import (
     plackett_luce_logp,
 )
 from slurm_rl.training.pool import Backend, RolloutPool, WorldSpec
-from slurm_rl.training.rollout import Episode, RolloutConfig, Step, observation_tensors
+from slurm_rl.training.rollout import Episode
 from slurm_rl.training.validation import Checkpoint, Validator
 
 

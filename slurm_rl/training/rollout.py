@@ -32,24 +32,12 @@ from slurm_rl.agents.ordering.network import DualNetwork
 from slurm_rl.agents.ordering_baselines import Qssf
 from slurm_rl.agents.placement_baselines import FastestGpuFirst
 from slurm_rl.core import ClusterSnapshot, Decision
-from slurm_rl.loop import DecisionMaker, run_loop
+from slurm_rl.loop import DecisionMaker, Recorder, run_loop
 from slurm_rl.scheduler import Scheduler
 from slurm_rl.simulator.engine import Simulation
 from slurm_rl.simulator.world import SimActuator
-from slurm_rl.training.actors import (
-    PLACEMENT_TEACHERS,
-    Actors,
-    Mode,
-    PlacementStep,
-    RolloutConfig,
-    Step,
-    observation_tensors,
-    training_actors,
-)
+from slurm_rl.training.actors import Actors, RolloutConfig, Step, training_actors
 from slurm_rl.training.rewards import job_rewards
-
-__all__ = ["PLACEMENT_TEACHERS", "Episode", "EpisodeSpec", "Mode", "PlacementStep",
-           "RolloutConfig", "Step", "observation_tensors", "run_episode"]
 
 
 @dataclass(frozen=True)
@@ -102,15 +90,14 @@ class PhaseSource:
 
 
 class Watcher:
-    """The warm-up's and the drain's recorder: the agent's scheduler observes what the
+    """The warm-up's recorder: the agent's scheduler observes what the
     heuristic sees (snapshots are immutable, so after the heuristic's decision is the same)."""
 
-    def __init__(self, scheduler: Scheduler | None) -> None:
+    def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
 
     def record(self, snapshot: ClusterSnapshot, decision: Decision, result: object) -> None:
-        if self.scheduler is not None:
-            self.scheduler.observe(snapshot)
+        self.scheduler.observe(snapshot)
 
 
 class StepRecorder:
@@ -169,7 +156,7 @@ def run_episode(network: DualNetwork, simulation: Simulation, gpu_speed: Mapping
         actors.scheduler.observe(snapshot)
         final = actors.ordering.final_observation(snapshot)
     if config.reward == "job":
-        _phase(simulation, teacher, math.inf, Watcher(None), snapshot)  # drain: outcomes known
+        _phase(simulation, teacher, math.inf, None, snapshot)  # drain: outcomes known
         rewards = job_rewards(simulation.outcomes, simulation.timeline, recorder.times,
                               phase_end, config.fee_weight, simulation.cluster)
         for step, reward in zip(recorder.steps, rewards.tolist(), strict=True):
@@ -180,7 +167,8 @@ def run_episode(network: DualNetwork, simulation: Simulation, gpu_speed: Mapping
                    time.perf_counter() - started)
 
 
-def _phase(simulation: Simulation, scheduler: DecisionMaker, until: float, recorder: Watcher,
+def _phase(simulation: Simulation, scheduler: DecisionMaker, until: float,
+           recorder: Recorder | None,
            first: ClusterSnapshot | None = None) -> ClusterSnapshot | None:
     """``scheduler`` decides in the shared loop until ``until``; returns the first snapshot at
     or after it."""
