@@ -8,7 +8,7 @@ from collections.abc import Collection, Sequence
 
 import pytest
 
-from slurm_rl.core import Job
+from slurm_rl.core import ClusterSnapshot, Decision, Job, Placement
 from slurm_rl.live_policy import make_policy
 from slurm_rl.sim2real import (
     JobRun,
@@ -86,6 +86,41 @@ def test_the_simulated_side_starts_jobs_as_worked_out_by_hand() -> None:
     assert {j: (r.start, r.end, r.nodes) for j, r in runs.items()} == {
         "1": (0.0, 30.0, ("n1",)), "2": (30.0, 40.0, ("n1", "n2")), "3": (2.0, 12.0, ("n2",)),
     }
+
+
+class _PinsDWhenN1IsFree:
+    """Releases every pending job; pins A to n1 and B to n2 at first, and D (not C, which
+    Slurm would take: it was submitted first) to n1 once a snapshot shows n1 free."""
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        pending = tuple(job.job_id for job in snapshot.pending)
+        pins = {"A": Placement(("n1",), (4,)), "B": Placement(("n2",), (4,))}
+        if snapshot.free_gpus[0] == 4 and "A" not in pending:
+            pins = {"D": Placement(("n1",), (4,))}
+        return Decision("scripted", pending, {j: p for j, p in pins.items() if j in pending})
+
+
+@pytest.mark.parametrize(("lag", "expected"), [
+    (0.0, {"C": (3.5, "n1"), "D": (13.5, "n1")}),
+    (0.9, {"C": (15.3, "n1"), "D": (4.4, "n1")}),
+])
+def test_slurm_starts_nothing_on_a_job_s_nodes_until_its_end_lag_is_over(
+    lag: float, expected: dict[str, tuple[float, str]]
+) -> None:
+    """A (n1) ends at 3.5; C and D (4 GPUs each, released, unpromoted) wait, C submitted
+    first. Decisions every 2 s. Without a lag Slurm's own pass gives n1 to C at once. With
+    Slurm's measured 0.9 s lag (SimConfig.slurm_end_lag_s) n1 is free to the daemon's
+    snapshot at 4 but not to Slurm until 4.4: the daemon pins D there, and D, promoted,
+    starts first when the lag is over; C follows when D's end (14.4) has lagged too."""
+    cluster = dev_cluster("two", [("n1", "a100", 4), ("n2", "a100", 4)])
+    jobs = [Job(name, submit, 4, num_nodes=1, gpus_per_node=4, time_limit=60.0,
+                oracle_duration=run)
+            for name, submit, run in (("A", 0.0, 3.5), ("B", 0.0, 100.0), ("C", 0.1, 10.0),
+                                      ("D", 0.2, 10.0))]
+    runs = simulate_runs(cluster, jobs, _PinsDWhenN1IsFree(),
+                         WorldSetup(2.0, 6.0, "backfill", end_lag_s=lag))
+    assert {j: (round(runs[j].start, 6), runs[j].nodes[0]) for j in ("C", "D")} == expected
+    assert runs["A"].end == 3.5 and runs["B"].start == 0.0
 
 
 def test_disagreements_are_sorted_by_kind() -> None:
