@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
+from pathlib import Path
 
 import pytest
 
 from slurm_rl.core import ClusterSnapshot, Decision, Job, Placement
 from slurm_rl.live_policy import make_policy
 from slurm_rl.sim2real import (
+    Comparison,
     JobRun,
     WorldSetup,
     compare,
@@ -23,7 +25,7 @@ from slurm_rl.sim2real import (
     spread,
 )
 from slurm_rl.slurm.priority import HeldPriorities, PriorityLimits, PriorityPlan
-from tests.slurm.replay import cycle_timing
+from tests.slurm.replay import cycle_timing, resimulate
 
 
 def test_kendall_tau_counts_concordant_and_discordant_pairs() -> None:
@@ -195,3 +197,41 @@ def test_the_spread_says_which_live_node_sets_some_replica_reaches() -> None:
     assert spread(real, [one]).reachable == 0.5
     with pytest.raises(ValueError):
         spread(real, [])
+
+
+SAVED_RUNS = Path(__file__).resolve().parents[1] / "benchmarks" / "replay_live_runs"
+
+
+@pytest.fixture(scope="module")
+def saved_table() -> list[Comparison]:
+    """The 30 saved live runs (5 mini-traces x 3 policies x 2 schedulers) re-simulated by
+    the emulation as it is now: the table of benchmarks/replay_live.py --from, no Slurm."""
+    return [resimulate(path).comparison for path in sorted(SAVED_RUNS.glob("*.json"))]
+
+
+def _overall(table: Sequence[Comparison]) -> tuple[float, float, float]:
+    """Identical node sets over every job, tau's median over runs, median |start error|."""
+    jobs = [row for comparison in table for row in comparison.jobs]
+    taus = sorted(comparison.tau for comparison in table)
+    errors = sorted(abs(row.start_error) for row in jobs)
+    return (sum(row.same_nodes for row in jobs) / len(jobs), taus[len(taus) // 2],
+            errors[len(errors) // 2])
+
+
+def test_the_saved_live_runs_agree_as_docs_slurm_emulation_says(
+    saved_table: list[Comparison],
+) -> None:
+    """Issue 22's table, short: every saved run re-simulated, held to the figures
+    docs/slurm-emulation.md publishes (87.7 % identical node sets, tau median 0.981, median
+    start error 0.5 s), so a change to the emulation that loses agreement with the real
+    slurmctld fails here."""
+    assert len(saved_table) == 30
+    same_nodes, tau, error = _overall(saved_table)
+    assert same_nodes >= 0.875 and tau >= 0.95 and error <= 5.0, (same_nodes, tau, error)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 22 not met: 87.7 % identical node sets, not 95 "
+                   "(docs/slurm-emulation.md 'Every remaining disagreement')")
+def test_the_saved_live_runs_meet_issue_22_s_targets(saved_table: list[Comparison]) -> None:
+    same_nodes, tau, error = _overall(saved_table)
+    assert same_nodes >= 0.95 and tau >= 0.95 and error <= 5.0, (same_nodes, tau, error)
