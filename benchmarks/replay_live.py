@@ -49,6 +49,7 @@ from slurm_rl.simulator.slurm_emulation import SLURM_SCHEDULERS, SlurmScheduler 
 from slurm_rl.slurm.devconf import DevClusterConfig  # noqa: E402
 from tests.slurm.replay import (  # noqa: E402
     GROUPS,
+    SLURM_END_LAG_S,
     MiniJob,
     make_trace,
     replay_cluster,
@@ -81,6 +82,10 @@ def _args() -> argparse.Namespace:
                         help="with --from: also replay each run N times with the sub-second "
                              "timings drawn anew (tests/slurm/replay.py Jitter) and say which "
                              "live node sets some replica reaches")
+    parser.add_argument("--end-lag", type=float, default=SLURM_END_LAG_S, metavar="S",
+                        help="with --from: Slurm starts nothing on a job's nodes until this "
+                             "long after its end (SimConfig.slurm_end_lag_s; default the "
+                             f"measured {SLURM_END_LAG_S:g} s; 0: at once)")
     parser.add_argument("--until", default=None, metavar="HH:MM",
                         help="UTC time by which the live runs must be done (a shared cluster's "
                              "slot): a run that would end later, by the longest so far, is "
@@ -91,6 +96,8 @@ def _args() -> argparse.Namespace:
     for name in args.schedulers.split(","):
         if name not in SLURM_SCHEDULERS:
             parser.error(f"--schedulers: unknown {name!r} (known: {', '.join(SLURM_SCHEDULERS)})")
+    if args.end_lag < 0:
+        parser.error(f"--end-lag: a number of seconds >= 0, not {args.end_lag:g}")
     if args.spread < 0 or (args.spread and args.saved is None):
         parser.error("--spread takes a number of replicas, with --from")
     if args.traces < 1 or args.jobs < 1:
@@ -131,7 +138,7 @@ def _describe(seed: int, trace: tuple[MiniJob, ...]) -> str:
 def main() -> int:
     args = _args()
     if args.saved is not None:
-        return _from_saved(args.saved, args.jobs_detail, args.spread)
+        return _from_saved(args.saved, args.jobs_detail, args.spread, args.end_lag)
     traces = {seed: make_trace(args.jobs, seed) for seed in args.seeds}
     for seed, trace in traces.items():
         print(_describe(seed, trace))
@@ -168,18 +175,20 @@ def main() -> int:
     return 0
 
 
-def _from_saved(directory: Path, detail: bool, replicas: int = 0) -> int:
+def _from_saved(directory: Path, detail: bool, replicas: int = 0,
+                end_lag_s: float = SLURM_END_LAG_S) -> int:
     results = []
     spreads: list[tuple[str, Spread]] = []
     paths = sorted(directory.glob("*.json")) if directory.is_dir() else [directory]
     for path in paths:
-        run = resimulate(path)
+        run = resimulate(path, end_lag_s)
         results.append((path.stem, run.comparison, run.overhead_s))
         if detail:
             print(summary_line(path.stem, run.comparison))
             print("\n".join(job_lines(run.comparison)))
         if replicas:
-            spreads.append((path.stem, spread(run.real, resimulate_jittered(path, replicas))))
+            sims = resimulate_jittered(path, replicas, end_lag_s=end_lag_s)
+            spreads.append((path.stem, spread(run.real, sims)))
     if not results:
         print(f"no saved runs (*.json) in {directory}", file=sys.stderr)
         return 1

@@ -4,6 +4,8 @@ by hand, each a behaviour the sim-to-real replay found the emulation missing."""
 
 from __future__ import annotations
 
+import pytest
+
 from slurm_rl.core import Cluster, Job, Node, Placement
 from slurm_rl.simulator.slurm_emulation import (
     QueuedJob,
@@ -111,3 +113,16 @@ def test_nothing_starts_on_a_completing_node_until_its_epilog_ends() -> None:
     assert free == [4, 0, 0] and not shapes
     started = schedule_pass(0.8, iter(queue[:2]), free, lambda: running[:1], CLUSTER)
     assert [job.job_id for job, _ in started] == ["P"]
+
+
+def test_a_job_s_end_keeps_its_nodes_from_slurm_for_the_end_lag() -> None:
+    """SimConfig.slurm_end_lag_s through SlurmJobState: none by default; with 0.9 s, the
+    nodes a job left are Slurm's again 0.9 s after its latest end there, planned from then."""
+    assert SlurmJobState().job_ended((0,), 5.0) is None
+    state = SlurmJobState(end_lag_s=0.9)
+    assert state.job_ended((0, 1), 5.0) == pytest.approx(5.9)
+    assert state.job_ended((1,), 5.5) == pytest.approx(6.4)
+    free, shapes = state.usable([4, 4, 0], 6.0)
+    assert free == [4, 0, 0] and [(round(s.limit_end, 6), s.nodes, s.gpus) for s in shapes] == [
+        (6.4, (1,), (4,))]
+    assert state.usable([4, 4, 0], 6.4) == ([4, 4, 0], []) and not state.completing

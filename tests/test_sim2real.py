@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
+from pathlib import Path
 
 import pytest
 
-from slurm_rl.core import Job
+from slurm_rl.core import ClusterSnapshot, Decision, Job, Placement
 from slurm_rl.live_policy import make_policy
 from slurm_rl.sim2real import (
+    Comparison,
     JobRun,
     WorldSetup,
     compare,
@@ -23,7 +25,7 @@ from slurm_rl.sim2real import (
     spread,
 )
 from slurm_rl.slurm.priority import HeldPriorities, PriorityLimits, PriorityPlan
-from tests.slurm.replay import cycle_timing
+from tests.slurm.replay import cycle_timing, resimulate
 
 
 def test_kendall_tau_counts_concordant_and_discordant_pairs() -> None:
@@ -86,6 +88,41 @@ def test_the_simulated_side_starts_jobs_as_worked_out_by_hand() -> None:
     assert {j: (r.start, r.end, r.nodes) for j, r in runs.items()} == {
         "1": (0.0, 30.0, ("n1",)), "2": (30.0, 40.0, ("n1", "n2")), "3": (2.0, 12.0, ("n2",)),
     }
+
+
+class _PinsDWhenN1IsFree:
+    """Releases every pending job; pins A to n1 and B to n2 at first, and D (not C, which
+    Slurm would take: it was submitted first) to n1 once a snapshot shows n1 free."""
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        pending = tuple(job.job_id for job in snapshot.pending)
+        pins = {"A": Placement(("n1",), (4,)), "B": Placement(("n2",), (4,))}
+        if snapshot.free_gpus[0] == 4 and "A" not in pending:
+            pins = {"D": Placement(("n1",), (4,))}
+        return Decision("scripted", pending, {j: p for j, p in pins.items() if j in pending})
+
+
+@pytest.mark.parametrize(("lag", "expected"), [
+    (0.0, {"C": (3.5, "n1"), "D": (13.5, "n1")}),
+    (0.9, {"C": (15.3, "n1"), "D": (4.4, "n1")}),
+])
+def test_slurm_starts_nothing_on_a_job_s_nodes_until_its_end_lag_is_over(
+    lag: float, expected: dict[str, tuple[float, str]]
+) -> None:
+    """A (n1) ends at 3.5; C and D (4 GPUs each, released, unpromoted) wait, C submitted
+    first. Decisions every 2 s. Without a lag Slurm's own pass gives n1 to C at once. With
+    Slurm's measured 0.9 s lag (SimConfig.slurm_end_lag_s) n1 is free to the daemon's
+    snapshot at 4 but not to Slurm until 4.4: the daemon pins D there, and D, promoted,
+    starts first when the lag is over; C follows when D's end (14.4) has lagged too."""
+    cluster = dev_cluster("two", [("n1", "a100", 4), ("n2", "a100", 4)])
+    jobs = [Job(name, submit, 4, num_nodes=1, gpus_per_node=4, time_limit=60.0,
+                oracle_duration=run)
+            for name, submit, run in (("A", 0.0, 3.5), ("B", 0.0, 100.0), ("C", 0.1, 10.0),
+                                      ("D", 0.2, 10.0))]
+    runs = simulate_runs(cluster, jobs, _PinsDWhenN1IsFree(),
+                         WorldSetup(2.0, 6.0, "backfill", end_lag_s=lag))
+    assert {j: (round(runs[j].start, 6), runs[j].nodes[0]) for j in ("C", "D")} == expected
+    assert runs["A"].end == 3.5 and runs["B"].start == 0.0
 
 
 def test_disagreements_are_sorted_by_kind() -> None:
@@ -160,3 +197,41 @@ def test_the_spread_says_which_live_node_sets_some_replica_reaches() -> None:
     assert spread(real, [one]).reachable == 0.5
     with pytest.raises(ValueError):
         spread(real, [])
+
+
+SAVED_RUNS = Path(__file__).resolve().parents[1] / "benchmarks" / "replay_live_runs"
+
+
+@pytest.fixture(scope="module")
+def saved_table() -> list[Comparison]:
+    """The 30 saved live runs (5 mini-traces x 3 policies x 2 schedulers) re-simulated by
+    the emulation as it is now: the table of benchmarks/replay_live.py --from, no Slurm."""
+    return [resimulate(path).comparison for path in sorted(SAVED_RUNS.glob("*.json"))]
+
+
+def _overall(table: Sequence[Comparison]) -> tuple[float, float, float]:
+    """Identical node sets over every job, tau's median over runs, median |start error|."""
+    jobs = [row for comparison in table for row in comparison.jobs]
+    taus = sorted(comparison.tau for comparison in table)
+    errors = sorted(abs(row.start_error) for row in jobs)
+    return (sum(row.same_nodes for row in jobs) / len(jobs), taus[len(taus) // 2],
+            errors[len(errors) // 2])
+
+
+def test_the_saved_live_runs_agree_as_docs_slurm_emulation_says(
+    saved_table: list[Comparison],
+) -> None:
+    """Issue 22's table, short: every saved run re-simulated, held to the figures
+    docs/slurm-emulation.md publishes (87.7 % identical node sets, tau median 0.981, median
+    start error 0.5 s), so a change to the emulation that loses agreement with the real
+    slurmctld fails here."""
+    assert len(saved_table) == 30
+    same_nodes, tau, error = _overall(saved_table)
+    assert same_nodes >= 0.875 and tau >= 0.95 and error <= 5.0, (same_nodes, tau, error)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 22 not met: 87.7 % identical node sets, not 95 "
+                   "(docs/slurm-emulation.md 'Every remaining disagreement')")
+def test_the_saved_live_runs_meet_issue_22_s_targets(saved_table: list[Comparison]) -> None:
+    same_nodes, tau, error = _overall(saved_table)
+    assert same_nodes >= 0.95 and tau >= 0.95 and error <= 5.0, (same_nodes, tau, error)

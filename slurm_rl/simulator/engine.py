@@ -76,7 +76,9 @@ class SimConfig:
     ``held_priorities``: in ``slurm`` mode, makes the holder of the priority values the
     daemon's actuator leaves in Slurm within its limits on changes (a
     ``slurm_rl.slurm.priority.HeldPriorities``); None: as if no limit held a change back
-    (the same queue order otherwise, tests/test_held_priorities.py).
+    (the same queue order otherwise, tests/test_held_priorities.py). ``slurm_end_lag_s``: Slurm
+    starts nothing on a job's nodes until this long after its end, while the daemon already
+    sees them free (0: at once; docs/slurm-emulation.md, measured 0.9 s on the dev cluster).
     """
 
     mode: ActionMode = "direct"
@@ -94,6 +96,7 @@ class SimConfig:
     restart_overhead_s: float = 300.0
     seed: int = 0
     held_priorities: Callable[[], PriorityHolder] | None = field(default=None, compare=False)
+    slurm_end_lag_s: float = 0.0
 
 
 @dataclass(eq=False)
@@ -172,7 +175,8 @@ class Simulation:
         self._rng = random.Random(self.config.seed)
         held = self.config.held_priorities
         self._slurm = SlurmJobState(one_type_of=one_type_sizes(cluster, self.config.one_gpu_type),
-                                    held=held() if held is not None else None)
+                                    held=held() if held is not None else None,
+                                    end_lag_s=self.config.slurm_end_lag_s)
         self.outcomes: list[JobOutcome] = []
         self.timeline = Timeline()
         self.rejected_actions = 0
@@ -360,6 +364,8 @@ class Simulation:
         del self._running_records[run.job.job_id]
         del self._shapes[run.job.job_id]
         self._slurm_dirty = True
+        if (due := self._slurm.job_ended(run.nodes, self.now)) is not None:
+            self._push(due, _EXPIRE, None)  # Slurm's own pass after the lag
         self._movable -= run.job.checkpointable
         for i, gpus in zip(run.nodes, run.gpus, strict=True):
             self._free[i] += gpus
@@ -576,15 +582,13 @@ class Simulation:
             return
         self._slurm_dirty = False
         queue = self._slurm.queue(self._pending, self.now)
-        free = list(self._free)
-        for job, placement in schedule_pass(self.now, queue, free, self._running_shapes,
+        free, lagging = self._slurm.usable(self._free, self.now)
+        for job, placement in schedule_pass(self.now, queue, free,
+                                            lambda: [*self._shapes.values(), *lagging],
                                             self.cluster, self.config.slurm_queue_depth,
                                             self.config.slurm_scheduler,
                                             self.config.backfill_reservations):
             self._start(job, placement)
-
-    def _running_shapes(self) -> list[RunningShape]:
-        return list(self._shapes.values())
 
     def _record_timeline(self) -> None:
         busy = self._total_gpus - sum(self._free)

@@ -419,6 +419,28 @@ class SlurmJobState:
     held: PriorityHolder | None = None
     # without a holder: the jobs holding a priority of the daemon's, highest first
     valued: list[JobId] = field(default_factory=list)
+    # how long after a job's end slurmctld starts nothing on its nodes (SimConfig.end_lag_s)
+    end_lag_s: float = 0.0
+    completing: dict[int, float] = field(default_factory=dict)  # node -> when Slurm may use it
+
+    def job_ended(self, nodes: Iterable[int], now: float) -> float | None:
+        """A job left these nodes: Slurm starts nothing there for ``end_lag_s`` (their
+        GPUs already show free to the daemon). Returns when its own pass is due, or None
+        with no lag (the engine's pass now is that pass)."""
+        if self.end_lag_s <= 0:
+            return None
+        until = now + self.end_lag_s
+        for node in nodes:
+            self.completing[node] = max(self.completing.get(node, 0.0), until)
+        return until
+
+    def usable(self, free_gpus: Sequence[int], now: float) -> tuple[list[int], list[RunningShape]]:
+        """The GPUs a pass may use now, and the lagging nodes' free GPUs as shapes that
+        free up when the lag ends (:func:`completing_nodes`); forgets lags that are over."""
+        if not self.completing:
+            return list(free_gpus), []
+        self.completing = {node: t for node, t in self.completing.items() if t > now}
+        return completing_nodes(free_gpus, self.completing, now)
 
     def set_levers(
         self,

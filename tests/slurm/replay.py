@@ -54,6 +54,10 @@ BF_RESOLUTION_S = 1  # the emulation plans to the second; Slurm's default is 60
 # from the daemon's last scontrol call to slurmctld starting the job: fitted on the saved
 # runs (0, 0.3, 0.6, 1 s tried; 0.6 gave the smallest median error), docs/slurm-emulation.md
 SLURM_REACTION_S = 0.5
+# after a job's end, Slurm starts nothing on its nodes this long (SimConfig.slurm_end_lag_s):
+# measured on the dev cluster, not fitted (docs/slurm-emulation.md: 0.9 s on average over 224
+# starts in the saved runs, 0.93-0.95 s in a probe without a daemon)
+SLURM_END_LAG_S = 0.9
 # (weight, nodes, GPUs per node, type): gangs that fill a node, span two, or need one type
 SHAPES: tuple[tuple[int, int, int, str | None], ...] = (
     (6, 1, 1, None), (8, 1, 2, None), (6, 1, 4, None), (3, 1, 8, None), (3, 2, 4, None),
@@ -334,9 +338,11 @@ class Jitter:
 def simulate_world(jobs: dict[str, MiniJob], submitted: dict[str, float],
                    real: dict[str, JobRun], config: DaemonConfig, scheduler: SlurmScheduler,
                    cycles: Sequence[tuple[float, float]] = (), reaction_s: float | None = None,
-                   extra_s: Mapping[str, float] | None = None) -> dict[str, JobRun]:
+                   extra_s: Mapping[str, float] | None = None,
+                   end_lag_s: float = SLURM_END_LAG_S) -> dict[str, JobRun]:
     """The simulator's replay of the jobs Slurm ran, under the daemon's own policy object
-    (``reaction_s``, ``extra_s``: a :class:`Jitter` draw; default none)."""
+    (``reaction_s``, ``extra_s``: a :class:`Jitter` draw; default none; ``end_lag_s``:
+    ``SimConfig.slurm_end_lag_s``)."""
     policy = make_policy(config.policy, seed=config.seed, bundle=config.policy_bundle,
                          rules=config.ranking_rules)
     guarded = GuardedScheduler(PrimedScheduler(policy, None),
@@ -349,7 +355,8 @@ def simulate_world(jobs: dict[str, MiniJob], submitted: dict[str, float],
     limits, floor = priority_limits(config), config.priority_floor
     setup = WorldSetup(period, float(config.defer_window_s), scheduler,
                        lever_delay_s=duration + reaction, cycle_phase_s=phase,
-                       held_priorities=lambda: HeldPriorities(limits, floor))
+                       held_priorities=lambda: HeldPriorities(limits, floor),
+                       end_lag_s=end_lag_s)
     return simulate_runs(cluster, sim_jobs(jobs, submitted, real, extra_s), guarded, setup)
 
 
@@ -377,15 +384,17 @@ def save_run(run: ReplayRun, path: Path) -> None:
     path.write_text(json.dumps(document, indent=1))
 
 
-def resimulate(path: Path) -> ReplayRun:
+def resimulate(path: Path, end_lag_s: float = SLURM_END_LAG_S) -> ReplayRun:
     """A saved run's live half, replayed again by the emulation as it is now."""
     run, config = _saved(path)
-    sim = simulate_world(run.jobs, run.submitted, run.real, config, run.scheduler, run.cycles)
+    sim = simulate_world(run.jobs, run.submitted, run.real, config, run.scheduler, run.cycles,
+                         end_lag_s=end_lag_s)
     return dataclasses.replace(run, sim=sim)
 
 
 def resimulate_jittered(path: Path, replicas: int, seed: int = 0,
-                        jitter: Jitter = Jitter()) -> list[dict[str, JobRun]]:
+                        jitter: Jitter = Jitter(), end_lag_s: float = SLURM_END_LAG_S
+                        ) -> list[dict[str, JobRun]]:
     """A saved run replayed ``replicas`` times, each with its own :class:`Jitter` draw: the
     schedules the emulation finds possible when the sub-second timings vary as they do live."""
     run, config = _saved(path)
@@ -394,7 +403,7 @@ def resimulate_jittered(path: Path, replicas: int, seed: int = 0,
     for _ in range(replicas):
         reaction, extra = jitter.draw(rng, list(run.real))
         sims.append(simulate_world(run.jobs, run.submitted, run.real, config, run.scheduler,
-                                   run.cycles, reaction, extra))
+                                   run.cycles, reaction, extra, end_lag_s))
     return sims
 
 
