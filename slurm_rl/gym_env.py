@@ -10,7 +10,7 @@ daemon, and the scenario's action mode (``direct`` or ``slurm``) carries the dec
 Contract (checked by ``gymnasium.utils.env_checker.check_env`` in the tests):
 
 * **Observation**: a float32 vector, the dual agent's own features
-  (:mod:`slurm_rl.agents.ordering.features`): per queue slot ``[present, *JOB_FEATURES]`` for
+  (:mod:`slurm_rl.agents.dual.features`): per queue slot ``[present, *JOB_FEATURES]`` for
   the first ``queue_slots`` pending jobs in submit order (zeros for an empty slot), then
   ``CLUSTER_FEATURES``; clipped to the space's bounds ``[OBS_LOW, OBS_HIGH]``. The features'
   runtime history learns from every snapshot of the episode, as the agent's does.
@@ -40,7 +40,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from slurm_rl import objective
-from slurm_rl.agents.ordering.features import CLUSTER_FEATURES, JOB_FEATURES, FeatureBuilder
+from slurm_rl.agents.dual.features import CLUSTER_FEATURES, JOB_FEATURES, FeatureBuilder
 from slurm_rl.agents.placement_baselines import FirstFit
 from slurm_rl.core import ClusterSnapshot
 from slurm_rl.loop import run_cycle

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from slurm_rl.agents.ordering.features import FeatureBuilder
+from slurm_rl.agents.dual.features import FeatureBuilder
 from slurm_rl.agents.ordering_baselines import Fifo
 from slurm_rl.agents.placement_baselines import FirstFit
 from slurm_rl.gym_env import SLOT_FEATURES, SchedulingEnv

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from slurm_rl.agents.ordering.agent import network_config
-from slurm_rl.agents.ordering.network import DualNetwork
+from slurm_rl.agents.dual.agent import network_config
+from slurm_rl.agents.dual.network import DualNetwork
 from slurm_rl.core import Job
 from slurm_rl.gym_env import SchedulingEnv
 from slurm_rl.scenario import Scenario

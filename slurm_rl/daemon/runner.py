@@ -41,7 +41,7 @@ from slurm_rl.daemon.recorder import CycleSummary, StoreRecorder
 from slurm_rl.errors import SlurmRLError
 from slurm_rl.live_policy import FALLBACK_POLICY, PolicyBundleError, is_learned, make_policy
 from slurm_rl.loop import DecisionMaker, run_cycle
-from slurm_rl.ops.metrics import DaemonMetrics, error_kind, model_version
+from slurm_rl.ops.prometheus import DaemonMetrics, error_kind, model_version
 from slurm_rl.retrain.follow import ModelFollower
 from slurm_rl.retrain.schedule import RetrainSchedule, schedule_settings, start_schedule
 from slurm_rl.safefile import UnsafePathError, require_private_dir

@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from slurm_rl import objective
-from slurm_rl.agents.ordering.agent import Observation
-from slurm_rl.agents.ordering.network import DualNetwork
+from slurm_rl.agents.dual.agent import Observation
+from slurm_rl.agents.dual.network import DualNetwork
 from slurm_rl.agents.ordering_baselines import Qssf
 from slurm_rl.agents.placement_baselines import FastestGpuFirst
 from slurm_rl.core import ClusterSnapshot, Decision
