@@ -43,7 +43,7 @@ from slurm_rl import objective
 from slurm_rl.agents.dual.features import CLUSTER_FEATURES, JOB_FEATURES, FeatureBuilder
 from slurm_rl.agents.placement_baselines import FirstFit
 from slurm_rl.core import ClusterSnapshot
-from slurm_rl.loop import run_cycle
+from slurm_rl.loop import Observed, run_cycle
 from slurm_rl.policy import PlacementPolicy, Scores
 from slurm_rl.scenario import Scenario, build_simulation
 from slurm_rl.scheduler import Scheduler
@@ -83,9 +83,9 @@ class HeldSnapshot:
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         self._snapshot: ClusterSnapshot | None = snapshot
 
-    def snapshot(self) -> ClusterSnapshot | None:
+    def observe(self) -> Observed[None] | None:
         snapshot, self._snapshot = self._snapshot, None
-        return snapshot
+        return Observed(snapshot, None) if snapshot is not None else None
 
 
 class SchedulingEnv(gym.Env[Observation, NDArray[np.float32]]):
@@ -139,7 +139,7 @@ class SchedulingEnv(gym.Env[Observation, NDArray[np.float32]]):
         self._ordering = ActionScores(self.queue_slots)
         self._scheduler = Scheduler(self._ordering, self._make_placement())
         self._features = FeatureBuilder(self._gpu_speed)
-        self._snapshot = self._source.snapshot()
+        self._snapshot = self._next_snapshot(self._source)
         return self._observe(), {}
 
     def step(
@@ -153,9 +153,14 @@ class SchedulingEnv(gym.Env[Observation, NDArray[np.float32]]):
         self._ordering.action = self._checked(action)
         cost_before = self._cost(sim)
         run_cycle(HeldSnapshot(snapshot), self._scheduler, SimActuator(sim))
-        self._snapshot = source.snapshot()
+        self._snapshot = self._next_snapshot(source)
         reward = objective.reward(self._cost(sim) - cost_before)
         return self._observe(), float(reward), self._snapshot is None, False, {}
+
+    @staticmethod
+    def _next_snapshot(source: TraceSource) -> ClusterSnapshot | None:
+        observed = source.observe()
+        return observed.snapshot if observed is not None else None
 
     def _checked(self, action: NDArray[np.float32]) -> NDArray[np.float64]:
         scores = np.asarray(action, dtype=np.float64)
