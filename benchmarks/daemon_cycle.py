@@ -174,9 +174,9 @@ class Stopwatch:
 def one_cycle(daemon: Daemon) -> tuple[Stopwatch, tuple[int, int, int, int]]:
     parts, watch = daemon.parts, Stopwatch()
     with paused_gc():  # as in Daemon.run_once
-        snapshot = watch.time("parse", parts.source.snapshot)
+        snapshot, state = watch.time("parse", parts.source.observe)
         decision = watch.time("decide", lambda: parts.scheduler.decide(snapshot))
-        report = watch.time("plan", lambda: parts.actuator.apply(decision))
+        report = watch.time("plan", lambda: parts.actuator.apply(decision, state))
         daemon.recorder.start_cycle()
         watch.time("store", lambda: daemon.recorder.record(snapshot, decision, report))
     for clock in (watch.wall, watch.cpu):

@@ -21,16 +21,11 @@ from pathlib import Path
 
 import torch
 
-from slurm_rl.agents.ordering.agent import (
-    CHOOSERS,
-    Bundle,
-    build_scheduler,
-    load_bundle,
-    network_config,
-)
-from slurm_rl.agents.ordering.network import DualNetwork
+from slurm_rl.agents.dual.agent import build_scheduler, network_config
+from slurm_rl.agents.dual.bundle import CHOOSERS, Bundle, load_bundle
+from slurm_rl.agents.dual.network import DualNetwork
 from slurm_rl.core import ClusterSnapshot, FinishedJob, Placement
-from slurm_rl.simulate_command import gpu_speed_table
+from slurm_rl.scenario import gpu_speed_table
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
 from slurm_rl.traces import synthetic_philly
 

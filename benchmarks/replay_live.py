@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from slurm_rl.devcluster.config import DevClusterConfig  # noqa: E402
 from slurm_rl.sim2real import (  # noqa: E402
     SUMMARY_HEADER,
     Comparison,
@@ -46,7 +47,6 @@ from slurm_rl.sim2real import (  # noqa: E402
     summary_line,
 )
 from slurm_rl.simulator.slurm_emulation import SLURM_SCHEDULERS, SlurmScheduler  # noqa: E402
-from slurm_rl.slurm.devconf import DevClusterConfig  # noqa: E402
 from tests.slurm.replay import (  # noqa: E402
     GROUPS,
     SLURM_END_LAG_S,

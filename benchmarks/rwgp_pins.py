@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 from rwgp_simulate import scheduler
 
+from slurm_rl.cli.simulate import build_scenario
 from slurm_rl.core import ClusterSnapshot, Job, JobId, Placement
 from slurm_rl.scenario import replay
-from slurm_rl.simulate_command import build_scenario
 
 
 class Recorder:

@@ -30,10 +30,10 @@ from rich.console import Console
 from slurm_rl.agents.ordering_baselines import Fifo
 from slurm_rl.agents.registry import make_scheduler
 from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
+from slurm_rl.cli.simulate import build_scenario
 from slurm_rl.report import print_table
-from slurm_rl.scenario import ReplayResult, Scenario, replay
+from slurm_rl.scenario import ReplayResult, Scenario, gpu_speed_table, replay
 from slurm_rl.scheduler import Scheduler
-from slurm_rl.simulate_command import build_scenario, gpu_speed_table
 from slurm_rl.simulator.perfmodel import PerformanceModel
 
 BASELINES = ("fifo+first-fit", "fifo+best-fit", "fifo+fastest-gpu", "fifo+cheapest-gpu")

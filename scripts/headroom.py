@@ -28,11 +28,11 @@ from collections.abc import Callable, Sequence
 
 from slurm_rl.agents.ordering_baselines import Qssf, SjfOracle
 from slurm_rl.agents.placement_baselines import FastestGpuFirst
+from slurm_rl.cli.simulate import build_scenario
 from slurm_rl.core import Cluster, ClusterSnapshot, Decision, Job, Placement
 from slurm_rl.policy import PlacementPolicy
-from slurm_rl.scenario import ReplayResult, Scenario, replay
+from slurm_rl.scenario import ReplayResult, Scenario, gpu_speed_table, replay
 from slurm_rl.scheduler import Scheduler
-from slurm_rl.simulate_command import build_scenario, gpu_speed_table
 from slurm_rl.simulator.outcomes import JobOutcome
 
 HOUR = 3600.0

@@ -44,8 +44,9 @@ from slurm_rl.fairness import (
 from slurm_rl.input_files import open_regular
 from slurm_rl.live_policy import check_name
 from slurm_rl.slurm.deferral import DeferralConfig
+from slurm_rl.slurm.plan import ActuatorConfig, Mode
+from slurm_rl.slurm.priority import PriorityLimits
 
-ModeName = Literal["shadow", "advise", "enforce"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 SECTION = "daemon"
 DEFAULT_STATE_DIR = Path("/var/lib/slurm-rl")
@@ -71,7 +72,7 @@ class DaemonConfig(BaseModel):
 
     policy: str = "fifo+best-fit"  # <ordering>+<placement>; rl+rl is the learned dual agent
     policy_bundle: Path | None = None  # learned policies' bundle; default policies/default
-    mode: ModeName = "shadow"
+    mode: Mode = Mode.SHADOW
     dry_run: bool = False  # plan as `mode` would, send nothing (the shadow actuator)
     interval_s: float = Field(default=5.0, gt=0, le=HOUR)  # from one cycle's start to the next
     partitions: tuple[str, ...] = ()  # managed partitions; empty = all
@@ -262,19 +263,35 @@ class DaemonConfig(BaseModel):
         return self.state_dir / JOBCOMP_POSITION_FILE
 
     @property
-    def actuator_mode(self) -> str:
+    def actuator_mode(self) -> Mode:
         """What the actuator really does: the configured mode, or ``shadow`` for a dry run."""
-        return "shadow" if self.dry_run else self.mode
+        return Mode.SHADOW if self.dry_run else Mode(self.mode)  # a model_copy keeps a str
+
+    @property
+    def actuator_config(self) -> ActuatorConfig:
+        """The actuator's settings (:mod:`slurm_rl.slurm.actuator`) from this config."""
+        return ActuatorConfig(
+            mode=self.actuator_mode,
+            defer_extension_s=self.defer_extension_s,
+            defer_cap_s=self.defer_cap_s,
+            priority_floor=self.priority_floor,
+            migrate=self.migrate,
+            max_migrations=self.max_migrations_per_cycle,
+            one_gpu_type=not self.allow_mixed_gpu_types,
+            priority_limits=PriorityLimits(self.priority_tolerance_ranks,
+                                           self.priority_updates_per_job_hour,
+                                           self.priority_updates_per_cycle),
+        )
 
     @property
     def changes_slurm(self) -> bool:
         """Whether this run may change anything in Slurm (heartbeat and plugin config too)."""
-        return self.actuator_mode != "shadow"
+        return self.actuator_mode is not Mode.SHADOW
 
     @property
     def recorded_mode(self) -> str:
         """The mode stored with each cycle (a dry run is told apart from shadow)."""
-        return "dry-run" if self.dry_run else self.mode
+        return "dry-run" if self.dry_run else Mode(self.mode).value
 
 
 def _read_section(path: Path) -> dict[str, Any]:

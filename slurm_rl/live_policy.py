@@ -52,10 +52,8 @@ def make_policy(name: str, *, seed: int = 0, bundle: Path | None = None,
     policy."""
     if not is_learned(name):
         return make_scheduler(name, gpu_speeds(), seed=seed, rules=rules)
-    from slurm_rl.agents.ordering.agent import (  # lazy: imports torch
-        BundleError,
-        registry_scheduler,
-    )
+    from slurm_rl.agents.dual.agent import registry_scheduler  # lazy: imports torch
+    from slurm_rl.agents.dual.bundle import BundleError
 
     try:
         scheduler = registry_scheduler(name, gpu_speeds(), seed=seed, bundle_path=bundle)

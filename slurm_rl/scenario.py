@@ -16,7 +16,7 @@ from slurm_rl.simulator.cluster_spec import ClusterSpec
 from slurm_rl.simulator.engine import ActionMode, SimConfig, Simulation
 from slurm_rl.simulator.fluctuation import MachineFluctuation
 from slurm_rl.simulator.outcomes import JobOutcome, Timeline
-from slurm_rl.simulator.perfmodel import PerformanceModel
+from slurm_rl.simulator.perfmodel import PerformanceModel, datasheet_gpu_speeds
 from slurm_rl.simulator.speed import FixedSpeedModel, SpeedModel
 from slurm_rl.simulator.world import SimActuator, TraceSource
 from slurm_rl.traces import Trace
@@ -158,6 +158,11 @@ def replay(
         rejected_actions=simulation.rejected_actions,
         unfinished_jobs=simulation.unfinished_jobs,
     )
+
+
+def gpu_speed_table() -> dict[str, float]:
+    """Nominal speed of each GPU type (datasheet), the table the agents are given."""
+    return dict(datasheet_gpu_speeds())
 
 
 def with_mode(scenario: Scenario, mode: ActionMode) -> Scenario:

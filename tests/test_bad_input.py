@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_rl.cli import main
+from slurm_rl.cli.main import main
 from slurm_rl.config import load_config
 from slurm_rl.errors import InputError, UnknownNameError
 from tests.timebox import time_limit

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_rl.cli import main
+from slurm_rl.cli.main import main
 
 HEADER = "job_id,submit_time,num_gpus,duration"
 

@@ -20,9 +20,9 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
 
+from slurm_rl.cli.daemon import daemon_command
 from slurm_rl.config import DaemonConfig, load_config
 from slurm_rl.core import Cluster, ClusterSnapshot, Decision, Job, Node, Placement
-from slurm_rl.daemon.cli import daemon_command
 from slurm_rl.daemon.guard import checked, placement_problem
 from slurm_rl.daemon.runner import Daemon
 from slurm_rl.errors import InputError

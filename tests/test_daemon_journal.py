@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import select
 
-from slurm_rl.cli import main
+from slurm_rl.cli.main import main
 from slurm_rl.config import DaemonConfig
 from slurm_rl.daemon.runner import Daemon
 from slurm_rl.journal import APPLIED, NOT_APPLIED, REFUSED, UNANSWERED, UNKNOWN

@@ -19,8 +19,9 @@ def _bundle(path: Path, seed: int = 0) -> Path:
     """An untrained policy bundle (the daemon's wiring does not depend on what it learned)."""
     import torch
 
-    from slurm_rl.agents.ordering.agent import network_config, save_bundle
-    from slurm_rl.agents.ordering.network import DualNetwork
+    from slurm_rl.agents.dual.agent import network_config
+    from slurm_rl.agents.dual.bundle import save_bundle
+    from slurm_rl.agents.dual.network import DualNetwork
 
     torch.manual_seed(seed)
     return save_bundle(path, DualNetwork(network_config(16)), {"chooser": "best-fit"})

@@ -12,8 +12,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from slurm_rl.cli.train import evaluate_command
 from slurm_rl.paths import default_bundle_path
-from slurm_rl.training.cli import evaluate_command
 from slurm_rl.training.evaluate import fresh_replay_state
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from slurm_rl.agents.ordering.agent import Bundle, build_scheduler, network_config
-from slurm_rl.agents.ordering.network import DualNetwork
+from slurm_rl.agents.dual.agent import build_scheduler, network_config
+from slurm_rl.agents.dual.bundle import Bundle
+from slurm_rl.agents.dual.network import DualNetwork
 from slurm_rl.agents.ordering_baselines import Fifo
 from slurm_rl.agents.placement_baselines import FirstFit
 from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement

@@ -12,6 +12,7 @@ import pytest
 
 from slurm_rl.agents.placement_baselines import FirstFit
 from slurm_rl.agents.registry import make_scheduler
+from slurm_rl.cli.simulate import PolicyRun, ranking_rules
 from slurm_rl.config import DaemonConfig, load_config
 from slurm_rl.core import Cluster, ClusterSnapshot, Job, Node, Placement, RunningJob
 from slurm_rl.daemon.guard import GuardedScheduler
@@ -34,9 +35,9 @@ from slurm_rl.fairness import (
 )
 from slurm_rl.live_policy import make_policy
 from slurm_rl.metrics import compute_metrics
-from slurm_rl.ops.metrics import DaemonMetrics
+from slurm_rl.ops.prometheus import DaemonMetrics
+from slurm_rl.scenario import gpu_speed_table
 from slurm_rl.scheduler import Scheduler
-from slurm_rl.simulate_command import PolicyRun, gpu_speed_table, ranking_rules
 from slurm_rl.simulator.outcomes import JobOutcome
 
 CLUSTER = Cluster("c", tuple(Node(f"n{i}", "a100", 4) for i in range(4)))  # 16 GPUs
@@ -359,7 +360,7 @@ def test_the_shared_option_reads_the_bound() -> None:
     import click
     from click.testing import CliRunner
 
-    from slurm_rl.cli_options import fairness_option
+    from slurm_rl.cli.options import fairness_option
 
     @click.command()
     @fairness_option
@@ -427,7 +428,7 @@ def test_simulate_takes_the_fairness_bound_and_refuses_one_below_1() -> None:
     """docs/fairness.md shows ``slurm-rl simulate --fairness-max-wait-ratio``: it exists."""
     from click.testing import CliRunner
 
-    from slurm_rl.cli import main
+    from slurm_rl.cli.main import main
 
     bad = CliRunner().invoke(main, ["simulate", "--cluster", "tiny",
                                     "--fairness-max-wait-ratio", "0.5"])

@@ -194,6 +194,6 @@ def test_the_graph_sees_lazy_and_relative_imports() -> None:
     assert isinstance(inner, ast.ImportFrom)
     assert imported(inner, path) == ["slurm_rl.ops"]
     assert imported(relative, path) == ["slurm_rl.ops"]
-    assert part_of("slurm_rl.ops.metrics") == "slurm_rl.ops"
+    assert part_of("slurm_rl.ops.prometheus") == "slurm_rl.ops"
     fake = {"a": {"b": [Site("a.py", 1, "b")]}, "b": {"a": [Site("b.py", 2, "a")]}}
     assert cycles(fake) == [["a", "b", "a"]]

@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from slurm_rl.cli import main
+from slurm_rl.cli.main import main
 from slurm_rl.config import load_config, load_with_sources
 from slurm_rl.core import Cluster, ClusterSnapshot, Job, Node
 from slurm_rl.daemon.runner import Daemon
+from slurm_rl.devcluster.cluster import free_base_port
 from slurm_rl.errors import InputError
 from slurm_rl.ops import reasons
 from slurm_rl.ops.explain import explanation, find_job, render
@@ -28,7 +29,6 @@ from slurm_rl.ops.revert import changes, parse_since, record, restore_fields, re
 from slurm_rl.retrain.schedule import RETENTION_JOB, RETRAIN_JOB
 from slurm_rl.scheduler import Scheduler
 from slurm_rl.slurm.client import CliSlurmClient
-from slurm_rl.slurm.devcluster import free_base_port
 from slurm_rl.slurm.records import SlurmJob
 from slurm_rl.store.models import DecisionRow
 from tests.slurm.fakes import fixture_text

@@ -10,21 +10,18 @@ import numpy as np
 import pytest
 import torch
 
-from slurm_rl.agents.ordering.agent import (
-    Bundle,
-    BundleError,
+from slurm_rl.agents.dual.agent import (
     OrderingAgent,
     build_scheduler,
-    load_bundle,
     masked_scores,
     network_config,
     registry_scheduler,
-    save_bundle,
 )
-from slurm_rl.agents.ordering.candidates import CANDIDATE_FEATURES
-from slurm_rl.agents.ordering.messages import MESSAGE_FEATURES
-from slurm_rl.agents.ordering.network import DualNetwork
-from slurm_rl.agents.ordering.placement import LearnedPlacement
+from slurm_rl.agents.dual.bundle import Bundle, BundleError, load_bundle, save_bundle
+from slurm_rl.agents.dual.candidates import CANDIDATE_FEATURES
+from slurm_rl.agents.dual.messages import MESSAGE_FEATURES
+from slurm_rl.agents.dual.network import DualNetwork
+from slurm_rl.agents.dual.placement import LearnedPlacement
 from slurm_rl.agents.starvation import promote_starved
 from slurm_rl.core import ClusterSnapshot, Job
 from slurm_rl.errors import UnknownNameError

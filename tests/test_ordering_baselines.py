@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from slurm_rl.agents import names
-from slurm_rl.agents.ordering.agent import load_bundle
+from slurm_rl.agents.dual.bundle import load_bundle
 from slurm_rl.agents.ordering_baselines import (
     AgeGuarded,
     Fifo,

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from slurm_rl.agents.ordering.features import (
+from slurm_rl.agents.dual.features import (
     CLUSTER_FEATURES,
     JOB_FEATURES,
     FeatureBuilder,

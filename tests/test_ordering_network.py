@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from slurm_rl.agents.ordering.agent import network_config
-from slurm_rl.agents.ordering.candidates import CANDIDATE_FEATURES
-from slurm_rl.agents.ordering.network import PACE_COLUMN, DualNetwork
+from slurm_rl.agents.dual.agent import network_config
+from slurm_rl.agents.dual.candidates import CANDIDATE_FEATURES
+from slurm_rl.agents.dual.network import PACE_COLUMN, DualNetwork
 
 
 def inputs(n: int, seed: int = 0) -> tuple[torch.Tensor, ...]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_rl.cli import main
+from slurm_rl.cli.main import main
 from slurm_rl.ops.safe_text import csv_cell, terminal_text
 from slurm_rl.store.models import CycleRow, DecisionRow, JobRow, OutcomeRow
 from slurm_rl.store.repository import Store

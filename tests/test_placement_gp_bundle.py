@@ -12,17 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from slurm_rl.agents.ordering.agent import (
-    META_FILE,
-    PLACEMENT_GP,
-    build_scheduler,
-    load_bundle,
-)
+from slurm_rl.agents.dual.agent import build_scheduler
+from slurm_rl.agents.dual.bundle import META_FILE, PLACEMENT_GP, load_bundle
 from slurm_rl.agents.rwgp.model import RwgpModel
 from slurm_rl.agents.rwgp.placement import RwgpPlacement
 from slurm_rl.core import Cluster, Node
 from slurm_rl.paths import default_bundle_path
-from slurm_rl.simulate_command import gpu_speed_table
+from slurm_rl.scenario import gpu_speed_table
 
 CLUSTER = Cluster("c", tuple(Node(f"n{i}", "v100", 4) for i in range(4)))
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from slurm_rl.agents.registry import is_learned, make_scheduler, takes_fee_weight
 from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
-from slurm_rl.cli import main
+from slurm_rl.cli.main import main
 
 
 def test_registry_passes_the_fee_weight_to_rwgp_only() -> None:

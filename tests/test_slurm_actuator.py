@@ -46,7 +46,7 @@ def _setup(
     runner.default = OK  # from here on only scontrol update calls are made
     runner.calls.clear()
     settings = ActuatorConfig(mode=mode, **config)  # type: ignore[arg-type]
-    return SlurmActuator(client, settings, source=source, clock=lambda: now), runner, state
+    return SlurmActuator(client, settings, pins=source.pins, clock=lambda: now), runner, state
 
 
 def _hold_all(state: SlurmState) -> Decision:

@@ -8,6 +8,7 @@ recorder. See tests/test_slurm_exclusions.py for the rules while the daemon keep
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,7 @@ def _run(store: Store, *decisions: Decision, mode: Mode = Mode.ENFORCE) -> None:
     one before set) and the recorder stores it."""
     actuator, runner, state = _setup(mode, now=NOW, priority_floor=1)
     recorder = StoreRecorder(store, mode.value)
-    assert actuator.source is not None
-    snapshot = actuator.source.snapshot()
+    snapshot = _snapshot(lambda: NOW)  # what _setup's state shows
     for decision in decisions:
         report = actuator.apply(decision, state)
         recorder.record(snapshot, decision, report)
@@ -150,8 +150,8 @@ def test_a_reloaded_actuator_inherits_what_the_old_one_set() -> None:
 # -- the daemon ------------------------------------------------------------------------------
 
 
-def _snapshot() -> Any:
-    return SlurmSource(CliSlurmClient(runner=recorded_cluster("22.05"))).snapshot()
+def _snapshot(clock: Callable[[], float] = time.time) -> Any:
+    return SlurmSource(CliSlurmClient(runner=recorded_cluster("22.05")), clock=clock).snapshot()
 
 
 def _excluding_cluster(nodes: str) -> FakeRunner:

@@ -17,7 +17,7 @@ from slurm_rl.config import DaemonConfig
 from slurm_rl.core import Placement
 from slurm_rl.daemon.accounting import parse_sacct
 from slurm_rl.daemon.runner import Daemon
-from slurm_rl.ops.metrics import error_kind
+from slurm_rl.ops.prometheus import error_kind
 from slurm_rl.slurm.client import CliSlurmClient, parse_version
 from slurm_rl.slurm.errors import SlurmUnavailableError
 from slurm_rl.slurm.layouts import SlurmVersionError, layout_for

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 
 from slurm_rl.core import Decision, Placement
-from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
+from slurm_rl.slurm.actuator import ActuationReport, ActuatorConfig, Mode, SlurmActuator
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.migration import satisfies
 from slurm_rl.slurm.proc import CommandResult
-from slurm_rl.slurm.source import SlurmSource
+from slurm_rl.slurm.source import SlurmSource, SlurmState
 from tests.slurm.fakes import FakeRunner, fixture_text, recorded_cluster
 
 SUBMIT = 1795970505.0
@@ -36,14 +36,21 @@ def _cluster(comment: str = "slurm-rl:checkpoint", requeue: bool = True,
     return runner
 
 
-def _actuator(runner: FakeRunner, mode: Mode = Mode.ENFORCE, **config: object) -> SlurmActuator:
+def _actuator(runner: FakeRunner, mode: Mode = Mode.ENFORCE, **config: object
+              ) -> tuple[SlurmActuator, SlurmState]:
+    """An actuator and the Slurm state a decision is made on (the loop's hand-over)."""
     client = CliSlurmClient(runner=runner)
     source = SlurmSource(client, clock=lambda: SUBMIT + 60)
-    source.state()
+    state = source.state()
     runner.default = OK
     runner.calls.clear()
     settings = ActuatorConfig(**{"mode": mode, "migrate": True, **config})  # type: ignore[arg-type]
-    return SlurmActuator(client, settings, source=source, clock=lambda: SUBMIT + 60)
+    return SlurmActuator(client, settings, pins=source.pins, clock=lambda: SUBMIT + 60), state
+
+
+def _apply(made: tuple[SlurmActuator, SlurmState], decision: Decision) -> ActuationReport:
+    actuator, state = made
+    return actuator.apply(decision, state)
 
 
 def _pending_after_requeue(runner: FakeRunner, job_id: str) -> None:
@@ -54,7 +61,8 @@ def _pending_after_requeue(runner: FakeRunner, job_id: str) -> None:
 def test_an_opted_in_job_is_requeued_pinned_and_released_in_that_order() -> None:
     runner = _cluster()
     _pending_after_requeue(runner, RUNNING_ONE_NODE)
-    report = _actuator(runner).apply(Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100}))
+    report = _apply(_actuator(runner),
+                        Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100}))
     (outcome,) = report.outcomes
     assert (outcome.kind, outcome.sent, outcome.ok) == ("migrate", True, True)
     assert outcome.note == "restarts on a100-02"
@@ -70,26 +78,28 @@ def test_an_opted_in_job_is_requeued_pinned_and_released_in_that_order() -> None
 def test_jobs_that_did_not_opt_in_are_not_running_or_over_the_cap_are_refused() -> None:
     for comment, requeue in (("", True), ("slurm-rl:checkpoint", False), ("checkpoint", True)):
         runner = _cluster(comment, requeue)
-        report = _actuator(runner).apply(Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100}))
+        report = _apply(_actuator(runner),
+                        Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100}))
         assert [o.kind for o in report.outcomes] == ["not_movable"], (comment, requeue)
         assert runner.argvs == []
     runner = _cluster()
     moves = {PENDING: TO_A100, "404": TO_A100, RUNNING_ONE_NODE: TO_A100}
-    report = _actuator(runner, max_migrations=1).apply(Decision("p", (), migrations=moves))
+    report = _apply(_actuator(runner, max_migrations=1), Decision("p", (), migrations=moves))
     kinds = {o.job_id: o.kind for o in report.outcomes}
     assert kinds == {PENDING: "not_running", "404": "not_running", RUNNING_ONE_NODE: "migrate"}
-    capped = _actuator(_cluster(), max_migrations=0)
-    (refused,) = capped.apply(Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100})).outcomes
+    capped, state = _actuator(_cluster(), max_migrations=0)
+    (refused,) = capped.apply(Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100}),
+                              state).outcomes
     assert refused.kind == "over_cap"
 
 
 def test_shadow_and_advise_send_nothing_and_migrate_off_ignores_moves() -> None:
     decision = Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100})
     runner = _cluster()
-    (shadow,) = _actuator(runner, Mode.SHADOW).apply(decision).outcomes
+    (shadow,) = _apply(_actuator(runner, Mode.SHADOW), decision).outcomes
     assert (shadow.kind, shadow.sent) == ("migrate", False)
-    assert _actuator(runner, Mode.ADVISE).apply(decision).outcomes == ()
-    assert _actuator(runner, migrate=False).apply(decision).outcomes == ()
+    assert _apply(_actuator(runner, Mode.ADVISE), decision).outcomes == ()
+    assert _apply(_actuator(runner, migrate=False), decision).outcomes == ()
     assert runner.argvs == []
 
 
@@ -97,8 +107,8 @@ def test_a_requeue_slurm_refuses_is_recorded_and_nothing_else_is_sent() -> None:
     runner = _cluster()
     runner.answer(("scontrol", "requeue", RUNNING_ONE_NODE), rc=1,
                   stderr="Requested operation is presently disabled for job 2")
-    (outcome,) = _actuator(runner).apply(
-        Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100})).outcomes
+    (outcome,) = _apply(_actuator(runner),
+                        Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100})).outcomes
     assert (outcome.kind, outcome.ok, outcome.error_kind) == ("migrate", False, "rejected")
     assert runner.argvs == [("scontrol", "requeue", RUNNING_ONE_NODE)]
 
@@ -107,8 +117,9 @@ def test_a_job_still_completing_is_released_on_the_next_cycle() -> None:
     runner = _cluster()
     completing = f"JobId={RUNNING_ONE_NODE} JobState=COMPLETING UserId=alice(1001)\n"
     runner.answer(("scontrol", "show", "job", "-o", RUNNING_ONE_NODE), completing)
-    actuator = _actuator(runner, restart_wait_s=0.0)
-    (outcome,) = actuator.apply(Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100})).outcomes
+    actuator, state = _actuator(runner, restart_wait_s=0.0)
+    (outcome,) = actuator.apply(Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100}),
+                                state).outcomes
     assert outcome.note.endswith("released on a later cycle")
     # Next cycle: Slurm shows it pending, eligible in two minutes; the decision ignores it.
     doc = json.loads(fixture_text("22.05", "squeue.json"))
@@ -116,12 +127,12 @@ def test_a_job_still_completing_is_released_on_the_next_cycle() -> None:
         if str(job["job_id"]) == RUNNING_ONE_NODE:
             job.update(job_state="PENDING", nodes="", eligible_time=int(SUBMIT + 180))
     runner.answer(("squeue", "--json"), json.dumps(doc))
-    actuator.source.state()  # type: ignore[union-attr]
+    state = SlurmSource(CliSlurmClient(runner=runner), clock=lambda: SUBMIT + 60).state()
     runner.calls.clear()
-    (released,) = actuator.apply(Decision("p", ())).outcomes
+    (released,) = actuator.apply(Decision("p", ()), state).outcomes
     assert (released.kind, released.sent) == ("release", True)
     assert runner.argvs == [("scontrol", "update", f"JobId={RUNNING_ONE_NODE}", "StartTime=now")]
-    assert actuator.apply(Decision("p", ())).outcomes == ()  # released once
+    assert actuator.apply(Decision("p", ()), state).outcomes == ()  # released once
 
 
 def test_a_move_its_exclusion_or_constraint_forbids_is_refused() -> None:
@@ -136,14 +147,16 @@ def test_a_move_its_exclusion_or_constraint_forbids_is_refused() -> None:
     }
     for fields, note in cases.items():
         runner = _cluster(**dict(fields))
-        report = _actuator(runner).apply(Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100}))
+        report = _apply(_actuator(runner),
+                        Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100}))
         assert [(o.kind, o.note) for o in report.outcomes] == [("not_movable", note)]
         assert runner.argvs == []
     for fields in ({"features": "a100"}, {"features": "a100|v100"},
                    {"excluded_nodes": "v100-03"}):
         runner = _cluster(**fields)
         _pending_after_requeue(runner, RUNNING_ONE_NODE)
-        report = _actuator(runner).apply(Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100}))
+        report = _apply(_actuator(runner),
+                        Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100}))
         assert [o.kind for o in report.outcomes] == ["migrate"], fields
 
 

@@ -25,7 +25,6 @@ from slurm_rl.daemon.runner import Daemon
 from slurm_rl.loop import DecisionMaker
 from slurm_rl.slurm.actuator import ActuatorConfig, Mode, SlurmActuator
 from slurm_rl.slurm.client import CliSlurmClient
-from slurm_rl.slurm.ownership import pin_ledger
 from slurm_rl.slurm.source import SlurmSource
 from slurm_rl.slurm.waiting import waits_on
 from slurm_rl.store.exclusions import last_exclusions, last_pins
@@ -76,7 +75,7 @@ def _source_and_actuator(runner: FakeRunner) -> tuple[SlurmSource, SlurmActuator
     client = CliSlurmClient(runner=runner)
     source = SlurmSource(client, clock=lambda: NOW)
     config = ActuatorConfig(mode=Mode.ENFORCE, priority_floor=1)
-    return source, SlurmActuator(client, config, source=source, clock=lambda: NOW)
+    return source, SlurmActuator(client, config, pins=source.pins, clock=lambda: NOW)
 
 
 # -- pending jobs -----------------------------------------------------------------------------
@@ -124,17 +123,18 @@ def test_waits_on_names_a_pin_only_when_it_is_not_ours() -> None:
 def test_the_daemons_own_pin_is_still_changed() -> None:
     runner = _recording()
     source, actuator = _source_and_actuator(runner)
-    source.snapshot()
-    actuator.apply(Decision("p", (PRIO,), {PRIO: ON_A100_03}))
+    actuator.apply(Decision("p", (PRIO,), {PRIO: ON_A100_03}), source.observe().context)
     assert _pins_sent(runner, PRIO) == [("scontrol", "update", f"JobId={PRIO}",
                                          "ReqNodeList=a100-03", "NumNodes=1-1", "StartTime=now")]
     # Next cycle Slurm shows the pin: the source and the actuator share the ledger.
     runner.answer(SQUEUE, _squeue({PRIO: _pinned("a100-03", eligible_time=int(NOW),
                                                  state_reason="Resources")}))
     runner.calls.clear()
-    snapshot = source.snapshot()
-    assert PRIO in [job.job_id for job in snapshot.pending] and PRIO not in source.set_aside
-    report = actuator.apply(Decision("p", (PRIO,), {PRIO: Placement(("a100-01",), (8,))}))
+    observed = source.observe()
+    assert PRIO in [job.job_id for job in observed.snapshot.pending]
+    assert PRIO not in source.set_aside
+    report = actuator.apply(Decision("p", (PRIO,), {PRIO: Placement(("a100-01",), (8,))}),
+                            observed.context)
     assert _pins_sent(runner, PRIO) == [("scontrol", "update", f"JobId={PRIO}",
                                          "ReqNodeList=a100-01", "NumNodes=1-1")]
     assert report.outcomes[0].kind == "place" and report.outcomes[0].note == ""
@@ -215,8 +215,8 @@ def test_the_store_reads_back_placements_moves_and_reverts(tmp_path: Path) -> No
     store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     runner = _recording()
     source, actuator = _source_and_actuator(runner)
-    snapshot = source.snapshot()
-    report = actuator.apply(Decision("p", (PRIO, WIDE), {PRIO: ON_A100_03}))
+    snapshot, state = source.observe()
+    report = actuator.apply(Decision("p", (PRIO, WIDE), {PRIO: ON_A100_03}), state)
     StoreRecorder(store, "enforce").record(snapshot, Decision("p", (PRIO, WIDE)), report)
     assert last_pins(store, CLUSTER, [PRIO, WIDE]) == {PRIO: "a100-03"}
     then = [["scontrol", "update", f"JobId={WIDE}", "ReqNodeList=v100-02", "NumNodes=1-1"]]
@@ -304,11 +304,12 @@ def test_plan_moves_refuses_a_users_pin_with_a_note() -> None:
     runner = _recording({RUNNING: {**OPT_IN, "required_nodes": "v100-01"}})
     source, actuator = _source_and_actuator(runner)
     actuator.config = dataclasses.replace(actuator.config, migrate=True)
-    snapshot = source.snapshot()
+    snapshot, state = source.observe()
     (run,) = [r for r in snapshot.running if r.job.job_id == RUNNING]
     assert not run.job.checkpointable
     runner.calls.clear()
-    report = actuator.apply(Decision("p", (), migrations={RUNNING: Placement(("v100-02",), (3,))}))
+    report = actuator.apply(
+        Decision("p", (), migrations={RUNNING: Placement(("v100-02",), (3,))}), state)
     (outcome,) = report.outcomes
     assert (outcome.kind, outcome.sent) == ("not_movable", False)
     assert outcome.note == "not moved: its --nodelist=v100-01 is the user's"
@@ -328,10 +329,9 @@ def test_a_reload_hands_the_pins_to_the_new_source_and_actuator(tmp_path: Path) 
         daemon.close(retire=False)
 
 
-def test_an_actuator_shares_its_sources_ledger_unless_given_one() -> None:
+def test_an_actuator_records_pins_in_the_ledger_it_is_given() -> None:
     runner = _recording()
     source, actuator = _source_and_actuator(runner)
-    assert actuator.pins is source.pins
-    own = pin_ledger()
+    assert actuator.pins is source.pins  # given the source's, as the daemon gives it
     client = CliSlurmClient(runner=runner)
-    assert SlurmActuator(client, source=source, pins=own).pins is own
+    assert SlurmActuator(client).pins is not source.pins  # nothing taken from a source

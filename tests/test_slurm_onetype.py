@@ -30,7 +30,7 @@ def _actuator(one_gpu_type: bool = True, squeue: str | None = None
     client = CliSlurmClient(runner=runner)
     source = SlurmSource(client, clock=lambda: NOW)
     config = ActuatorConfig(mode=Mode.ENFORCE, one_gpu_type=one_gpu_type, priority_floor=1)
-    return SlurmActuator(client, config, source=source, clock=lambda: NOW), runner
+    return SlurmActuator(client, config, pins=source.pins, clock=lambda: NOW), runner
 
 
 def _sent_to(runner: FakeRunner, job_id: str) -> list[str]:

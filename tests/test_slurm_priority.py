@@ -116,11 +116,12 @@ def test_a_policy_reversing_its_ranking_every_cycle_is_held_to_the_hourly_rate()
     runner, doc, clock, source, actuator = _advising_at_two_an_hour()
     sent: Counter[str] = Counter()
     for cycle in range(720):
-        snapshot = source.snapshot()
+        snapshot, state = source.observe()
         pending = [job.job_id for job in snapshot.pending]
         ranking = tuple(pending if cycle % 2 else reversed(pending))
         placed = {job_id: Placement(("v100-01",), (1,)) for job_id in ranking[:2]}
-        for job_id, argv in _priorities_sent(actuator.apply(Decision("flip", ranking, placed))):
+        decided = Decision("flip", ranking, placed)
+        for job_id, argv in _priorities_sent(actuator.apply(decided, state)):
             sent[job_id] += 1
             _show_priority(doc, job_id, argv)
         runner.answer(("squeue", "--json"), json.dumps(doc))
@@ -136,13 +137,14 @@ def test_a_ranking_alone_sends_no_priority_however_it_flips() -> None:
     sent: Counter[str] = Counter()
     last = ""
     for cycle in range(6):
-        pending = [job.job_id for job in source.snapshot().pending]
+        snapshot, state = source.observe()
+        pending = [job.job_id for job in snapshot.pending]
         last = pending[-1]
         ranking = tuple(pending if cycle % 2 else reversed(pending))
         forward = (last,) if cycle == 5 else ()
         if forward:
             ranking = (last, *[j for j in pending if j != last])
-        report = actuator.apply(Decision("flip", ranking, forward=forward))
+        report = actuator.apply(Decision("flip", ranking, forward=forward), state)
         for job_id, argv in _priorities_sent(report):
             sent[job_id] += 1
             _show_priority(doc, job_id, argv)
@@ -163,7 +165,7 @@ def _advising_at_two_an_hour() -> tuple[FakeRunner, dict[str, object], list[floa
     limits = PriorityLimits(tolerance_ranks=0, updates_per_job_hour=2, per_cycle=200)
     actuator = SlurmActuator(CliSlurmClient(runner=runner),
                              ActuatorConfig(mode=Mode.ADVISE, priority_limits=limits),
-                             source=source, clock=lambda: clock[0])
+                             pins=source.pins, clock=lambda: clock[0])
     return runner, doc, clock, source, actuator
 
 
@@ -203,11 +205,12 @@ def test_a_job_pinned_now_goes_above_the_unplaced_jobs_ranked_before_it() -> Non
     runner.default = CommandResult((), 0, "", "")
     source = SlurmSource(CliSlurmClient(runner=runner), clock=lambda: 1795970565.0)
     actuator = SlurmActuator(CliSlurmClient(runner=runner), ActuatorConfig(mode=Mode.ENFORCE),
-                             source=source, clock=lambda: 1795970565.0)
-    pending = [job.job_id for job in source.snapshot().pending]
+                             pins=source.pins, clock=lambda: 1795970565.0)
+    snapshot, state = source.observe()
+    pending = [job.job_id for job in snapshot.pending]
     assert pending == ["3", "10"]
-    node = source.snapshot().cluster.nodes[0].name
-    report = actuator.apply(Decision("p", ("3", "10"), {"10": Placement((node,), (1,))}))
+    node = snapshot.cluster.nodes[0].name
+    report = actuator.apply(Decision("p", ("3", "10"), {"10": Placement((node,), (1,))}), state)
     sent = {o.job_id: int(a.split("=", 1)[1]) for o in report.outcomes for a in o.argv
             if a.startswith("Priority=")}
     jobs = json.loads(fixture_text("22.05", "squeue.json"))["jobs"]

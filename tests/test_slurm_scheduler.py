@@ -31,9 +31,8 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_rl.agents.registry import make_scheduler
-from slurm_rl.cli import main
-from slurm_rl.scenario import Scenario, replay
-from slurm_rl.simulate_command import gpu_speed_table
+from slurm_rl.cli.main import main
+from slurm_rl.scenario import Scenario, gpu_speed_table, replay
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
 from slurm_rl.simulator.engine import SimConfig
 from slurm_rl.simulator.slurm_emulation import SlurmScheduler

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from slurm_rl.cli import main
+from slurm_rl.cli.main import main
 from slurm_rl.errors import InputError
 from slurm_rl.ops.revert import parse_since
 from slurm_rl.store import repository
@@ -107,7 +107,7 @@ def _as_a_user() -> list[str]:
 
 
 def _cli(prefix: list[str], args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    command = [*prefix, sys.executable, "-c", "from slurm_rl.cli import main; main()", *args]
+    command = [*prefix, sys.executable, "-c", "from slurm_rl.cli.main import main; main()", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, **kwargs)
 
 

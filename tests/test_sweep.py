@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from slurm_rl.cli.train import evaluate_command
 from slurm_rl.core import Job
 from slurm_rl.errors import InputError
 from slurm_rl.paths import default_bundle_path
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
-from slurm_rl.training.cli import evaluate_command
 from slurm_rl.training.sweep import (
     node_groups,
     offered_load,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from slurm_rl.agents.ordering.agent import network_config
-from slurm_rl.agents.ordering.network import DualNetwork
+from slurm_rl.agents.dual.agent import network_config
+from slurm_rl.agents.dual.network import DualNetwork
 from slurm_rl.errors import InputError
 from slurm_rl.training import pool as pool_module
 from slurm_rl.training.actors import RolloutConfig

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from slurm_rl.agents.ordering.agent import Bundle, build_scheduler, network_config
-from slurm_rl.agents.ordering.network import DualNetwork
+from slurm_rl.agents.dual.agent import build_scheduler, network_config
+from slurm_rl.agents.dual.bundle import Bundle
+from slurm_rl.agents.dual.network import DualNetwork
 from slurm_rl.core import Cluster
 from slurm_rl.errors import InputError
 from slurm_rl.traces import parse_window, synthetic_philly

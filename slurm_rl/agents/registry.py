@@ -15,7 +15,7 @@ from slurm_rl.fairness import RankingRules
 from slurm_rl.paths import default_bundle_path
 from slurm_rl.scheduler import Scheduler, Walk
 
-# Read from here by callers that predate the table (simulate_command, tests): the names'
+# Read from here by callers that predate the table (cli/simulate.py, tests): the names'
 # home is slurm_rl.agents.names.
 __all__ = ["baseline_names", "is_learned", "make_scheduler", "takes_fee_weight", "with_rules"]
 
@@ -46,7 +46,7 @@ def make_scheduler(
     policy = names.parse(name)
     if policy.learned:
         # lazy: the learned agents import torch; baselines need none of it
-        from slurm_rl.agents.ordering.agent import registry_scheduler
+        from slurm_rl.agents.dual.agent import registry_scheduler
 
         return with_rules(registry_scheduler(name, gpu_speed, seed=seed), rules)
     ordering = policy.ordering.make()

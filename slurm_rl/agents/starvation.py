@@ -1,6 +1,6 @@
 """The starvation guard (age guard): jobs pending too long go first, the longest-waiting first.
 
-One rule, shared by the learned ordering agent (:class:`~slurm_rl.agents.ordering.agent.
+One rule, shared by the learned ordering agent (:class:`~slurm_rl.agents.dual.agent.
 OrderingAgent`, its threshold per bundle) and by every heuristic ordering's ``-aged`` twin
 (:class:`~slurm_rl.agents.ordering_baselines.AgeGuarded`), so that a comparison of the two
 compares orderings, not guards (docs/orderings.md, "The age guard").

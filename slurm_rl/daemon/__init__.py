@@ -5,7 +5,7 @@
 * :mod:`~slurm_rl.daemon.guard`: ``GuardedScheduler``, no placement Slurm would refuse;
 * :mod:`~slurm_rl.daemon.jobcomp`: outcomes from the jobcomp/filetxt log;
 * :mod:`~slurm_rl.daemon.heartbeat`: the heartbeat the job_submit plugin checks;
-* :mod:`~slurm_rl.daemon.cli`: the ``slurm-rl daemon`` command.
+* :mod:`~slurm_rl.cli.daemon`: the ``slurm-rl daemon`` command.
 
 Its settings are the site config's ``[daemon]`` table (``DaemonConfig``, ``load_config``), in
 :mod:`slurm_rl.config`, which ops, retrain and the store commands read as well.

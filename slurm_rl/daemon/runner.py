@@ -41,18 +41,17 @@ from slurm_rl.daemon.recorder import CycleSummary, StoreRecorder
 from slurm_rl.errors import SlurmRLError
 from slurm_rl.live_policy import FALLBACK_POLICY, PolicyBundleError, is_learned, make_policy
 from slurm_rl.loop import DecisionMaker, run_cycle
-from slurm_rl.ops.metrics import DaemonMetrics, error_kind, model_version
+from slurm_rl.ops.prometheus import DaemonMetrics, error_kind, model_version
 from slurm_rl.retrain.follow import ModelFollower
 from slurm_rl.retrain.schedule import RetrainSchedule, schedule_settings, start_schedule
 from slurm_rl.safefile import UnsafePathError, require_private_dir
 from slurm_rl.slurm import deferral
-from slurm_rl.slurm.actuator import ActuatorConfig, Mode, PriorityRecall, SlurmActuator
+from slurm_rl.slurm.actuator import PriorityRecall, SlurmActuator
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.layouts import start_line
 from slurm_rl.slurm.ownership import Recall, pin_ledger
-from slurm_rl.slurm.priority import PriorityLimits
 from slurm_rl.slurm.proc import Runner, make_runner
-from slurm_rl.slurm.source import SlurmSource, SourceConfig
+from slurm_rl.slurm.source import SlurmSource, SlurmState, SourceConfig
 from slurm_rl.store.exclusions import last_exclusions, last_pins, recent_priority_changes
 from slurm_rl.store.journal import StoreJournal
 from slurm_rl.store.repository import Store, shown_url
@@ -63,6 +62,7 @@ ConfigLoader = Callable[[], DaemonConfig]
 HeartbeatFactory = Callable[[DaemonConfig], Heartbeat]
 # What the daemon last set on jobs, from its store (slurm_rl/store/exclusions.py).
 LastValues = Callable[[Store, str, Sequence[str]], dict[str, str]]
+LastQuery = Callable[[], SlurmState | None]  # the Slurm state of the source's last query
 _T = TypeVar("_T")
 
 
@@ -238,25 +238,20 @@ class Daemon:
         source_config = SourceConfig(
             config.partitions, config.cluster_name, dict(config.price_per_gpu_hour)
         )
-        # One ledger of the daemon's own pins, which the source and the actuator share.
-        source = SlurmSource(client, source_config, clock=self._clock, pins=pin_ledger())
-        source.pins.recall = self._recall_for(source, last_pins, "pins")
-        actuator_config = ActuatorConfig(
-            mode=Mode(config.actuator_mode),
-            defer_extension_s=config.defer_extension_s,
-            defer_cap_s=config.defer_cap_s,
-            priority_floor=config.priority_floor,
-            migrate=config.migrate,
-            max_migrations=config.max_migrations_per_cycle,
-            one_gpu_type=not config.allow_mixed_gpu_types,
-            priority_limits=PriorityLimits(config.priority_tolerance_ranks,
-                                           config.priority_updates_per_job_hour,
-                                           config.priority_updates_per_cycle),
-        )
-        actuator = SlurmActuator(client, actuator_config, source=source, clock=self._clock,
-                                 recall=self._recall_for(source, last_exclusions, "exclusions"),
-                                 pins=source.pins, journal=StoreJournal(lambda: self.store),
-                                 priority_recall=self._priority_recall_for(source))
+
+        def last_query() -> SlurmState | None:
+            # The source built below: the store is asked only after one of its queries.
+            return source.last_state
+
+        # One ledger of the daemon's own pins, given to both: the source sets aside the jobs
+        # someone else pinned, the actuator records the pins it sets.
+        pins = pin_ledger(self._recall_for(last_query, last_pins, "pins"))
+        source = SlurmSource(client, source_config, clock=self._clock, pins=pins)
+        actuator = SlurmActuator(client, config.actuator_config, clock=self._clock,
+                                 recall=self._recall_for(last_query, last_exclusions,
+                                                         "exclusions"),
+                                 pins=pins, journal=StoreJournal(lambda: self.store),
+                                 priority_recall=self._priority_recall_for(last_query))
         heartbeat = self._heartbeat_factory(config)
         version = model_version(config.policy, config.policy_bundle, is_learned(config.policy))
         accounting = AccountingReader(
@@ -265,28 +260,28 @@ class Daemon:
         ) if config.accounting_outcomes else None
         return Parts(config, source, scheduler, actuator, heartbeat, version, accounting)
 
-    def _recall_for(self, source: SlurmSource, read: LastValues, what: str) -> Recall:
+    def _recall_for(self, last_query: LastQuery, read: LastValues, what: str) -> Recall:
         """What the daemon set before a restart (its ``what``), from the store it records to
         (see slurm_rl/store/exclusions.py)."""
         return lambda job_ids: self._from_store(
-            source, what, lambda store, cluster: read(store, cluster, job_ids))
+            last_query, what, lambda store, cluster: read(store, cluster, job_ids))
 
-    def _priority_recall_for(self, source: SlurmSource) -> PriorityRecall:
+    def _priority_recall_for(self, last_query: LastQuery) -> PriorityRecall:
         """The Priority changes this daemon sent before a restart (its hourly rate)."""
         return lambda job_ids, since: self._from_store(
-            source, "priority changes",
+            last_query, "priority changes",
             lambda store, cluster: recent_priority_changes(store, cluster, job_ids, since))
 
-    def _from_store(self, source: SlurmSource, what: str, read: Callable[[Store, str], _T]
-                    ) -> _T | None:
-        """``read`` on the store for the source's cluster; None, and asked again next cycle,
-        if it cannot say. ``self.store`` is read at each call: a reload may have opened
-        another."""
-        state = source.last_state
+    def _from_store(self, last_query: LastQuery, what: str,
+                    read: Callable[[Store, str], _T]) -> _T | None:
+        """``read`` on the store for the cluster of the source's last query; None, and asked
+        again next cycle, if it cannot say. ``self.store`` is read at each call: a reload may
+        have opened another."""
+        state = last_query()
         if state is None:
             return None
         try:
-            return read(self.store, source.cluster_name(state))
+            return read(self.store, state.cluster)
         except SQLAlchemyError as exc:
             log.warning("cannot read the daemon's earlier %s from the store: %s", what,
                         one_line(exc))

@@ -32,7 +32,7 @@ from slurm_rl.errors import SlurmRLError
 from slurm_rl.live_policy import is_learned, make_policy
 from slurm_rl.ops import plugin_check
 from slurm_rl.ops.common import load, open_store, safe
-from slurm_rl.ops.metrics import model_version
+from slurm_rl.ops.prometheus import model_version
 from slurm_rl.safefile import UnsafePathError, require_private_dir
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.proc import Runner, make_runner

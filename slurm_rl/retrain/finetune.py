@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from slurm_rl import __version__
-from slurm_rl.agents.ordering.agent import PLACEMENT_GP, load_bundle, save_bundle
+from slurm_rl.agents.dual.bundle import PLACEMENT_GP, load_bundle, save_bundle
 from slurm_rl.retrain.calibrate import Calibration
 from slurm_rl.training.actors import RolloutConfig
 from slurm_rl.training.objectives import ReturnScaler

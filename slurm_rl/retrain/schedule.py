@@ -8,7 +8,7 @@ with the persistent store (``replace_existing`` reset it there too).
 
 The job is coalesced (missed runs collapse into one), runs one instance at a time, and a
 run later than ``retrain_misfire_grace_s`` is dropped until the next one. Its thread only
-waits: the retrain itself is a separate process (``python -m slurm_rl.retrain``, an argv
+waits: the retrain itself is a separate process (``python -m slurm_rl.cli.retrain``, an argv
 list, never a shell), so training never shares the decision loop's thread, interpreter lock
 or memory, and a crash in training cannot take the daemon down. Retention runs once a day
 in the same scheduler when ``retention_days`` is set.
@@ -40,7 +40,7 @@ def retrain_argv(config: DaemonConfig) -> list[str]:
     """The one-shot command the scheduled job runs, with the daemon's settings. The store
     URL is not among them (it may hold a password, and any user can read a process's
     command line): the child reads it from ``$SLURM_RL_STORE``, see :func:`retrain_env`."""
-    argv = [sys.executable, "-m", "slurm_rl.retrain",
+    argv = [sys.executable, "-m", "slurm_rl.cli.retrain",
             "--policy", config.policy, "--window-days", repr(config.retrain_window_days),
             "--margin", repr(config.retrain_margin),
             "--fee-tolerance", repr(config.retrain_fee_tolerance),

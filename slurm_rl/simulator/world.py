@@ -3,18 +3,21 @@
 
 from __future__ import annotations
 
-from slurm_rl.core import ClusterSnapshot, Decision
+from slurm_rl.core import Decision
+from slurm_rl.loop import Observed
 from slurm_rl.simulator.engine import Simulation
 
 
 class TraceSource:
-    """Advances the simulation to its next decision point."""
+    """Advances the simulation to its next decision point. The simulator needs no context
+    beside the snapshot: the actuator acts on the same simulation."""
 
     def __init__(self, simulation: Simulation) -> None:
         self.simulation = simulation
 
-    def snapshot(self) -> ClusterSnapshot | None:
-        return self.simulation.next_snapshot()
+    def observe(self) -> Observed[None] | None:
+        snapshot = self.simulation.next_snapshot()
+        return Observed(snapshot, None) if snapshot is not None else None
 
 
 class SimActuator:
@@ -23,5 +26,5 @@ class SimActuator:
     def __init__(self, simulation: Simulation) -> None:
         self.simulation = simulation
 
-    def apply(self, decision: Decision) -> None:
+    def apply(self, decision: Decision, context: None = None) -> None:
         self.simulation.apply(decision)

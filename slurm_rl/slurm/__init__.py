@@ -7,7 +7,7 @@
   :mod:`~slurm_rl.slurm.records`;
 * :mod:`~slurm_rl.slurm.source`: ``SlurmSource`` gives a ``ClusterSnapshot``;
 * :mod:`~slurm_rl.slurm.actuator`: ``SlurmActuator`` in shadow, advise or enforce mode;
-* :mod:`~slurm_rl.slurm.deferral`: the daemon's side of ``plugins/job_submit.lua``;
-* :mod:`~slurm_rl.slurm.devcluster` and :mod:`~slurm_rl.slurm.cli`: the native dev cluster
-  and its ``devcluster`` command group.
+* :mod:`~slurm_rl.slurm.deferral`: the daemon's side of ``plugins/job_submit.lua``.
+
+The native dev cluster is :mod:`slurm_rl.devcluster`.
 """

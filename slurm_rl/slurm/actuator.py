@@ -92,20 +92,20 @@ class ActuationReport:
 class SlurmActuator:
     """Applies decisions to Slurm through a :class:`SlurmClient`.
 
-    It reads job details from ``source.last_state`` (the state the decision was made on)
-    or, without a source, asks the client itself. It changes or clears only the
+    :meth:`apply` reads job details from the state it is given: the shared loop hands it
+    the :class:`SlurmState` the source built the decision's snapshot from (the loop's
+    context); given none, it asks the client itself. It changes or clears only the
     ``ExcNodeList`` and ``ReqNodeList`` values it set itself, kept in two ledgers
     (:mod:`slurm_rl.slurm.ownership`): :attr:`exclusions`, whose ``recall`` (the daemon's
-    audit trail) tells it which exclusions it set before a restart, and :attr:`pins`,
-    shared with the source (``pins``, by default ``source.pins``) so that the snapshot sets
-    aside the pending jobs someone else pinned.
+    audit trail) tells it which exclusions it set before a restart, and :attr:`pins`, the
+    ledger given as ``pins`` (the daemon gives the source the same one, so that the
+    snapshot sets aside the pending jobs someone else pinned).
     """
 
     def __init__(
         self,
         client: SlurmClient,
         config: ActuatorConfig | None = None,
-        source: SlurmSource | None = None,
         clock: Callable[[], float] = time.time,
         recall: Recall | None = None,
         pins: Ledger | None = None,
@@ -114,7 +114,6 @@ class SlurmActuator:
     ) -> None:
         self.client = client
         self.config = config or ActuatorConfig()
-        self.source = source
         self.clock = clock
         self.journal = journal  # written ahead of every call (slurm_rl/journal.py)
         self._deferred_by_us: set[str] = set()
@@ -127,9 +126,7 @@ class SlurmActuator:
         self._intents: list[int] = []
         self._settlements: list[Settlement] = []
         self.exclusions = exclusion_ledger(recall)
-        if pins is None:
-            pins = source.pins if source is not None else pin_ledger()
-        self.pins = pins
+        self.pins = pins if pins is not None else pin_ledger()
         # Jobs requeued to move that were still completing when last looked at.
         self._restarting: set[str] = set()
 
@@ -146,7 +143,8 @@ class SlurmActuator:
     def recall(self, recall: Recall | None) -> None:
         self.exclusions.recall = recall
 
-    def apply(self, decision: Decision, state: SlurmState | None = None) -> ActuationReport:
+    def apply(self, decision: Decision, state: SlurmState | None = None, /) -> ActuationReport:
+        """Carry ``decision`` out against ``state``, the Slurm state it was made on."""
         state = state or self._current_state()
         self._deferred_by_us &= set(state.managed)
         self._intents, self._settlements = [], []
@@ -186,9 +184,6 @@ class SlurmActuator:
     def _journaling(self) -> bool:
         return self.journal is not None and self.mode is not Mode.SHADOW
 
-    def _cluster(self, state: SlurmState) -> str:
-        return self.source.cluster_name(state) if self.source is not None else "slurm"
-
     def _write_ahead(self, updates: Sequence[Update], policy_id: str, state: SlurmState
                      ) -> list[dict[str, int]]:
         """Store every job's part of every call before the first is sent; per update, the
@@ -216,7 +211,7 @@ class SlurmActuator:
             core = to_core_job(slurm_job) if slurm_job is not None else None
             if core is not None:
                 jobs.append(core)
-        ids = self.journal.intend(self._cluster(state), policy_id, state.time, intents, jobs)
+        ids = self.journal.intend(state.cluster, policy_id, state.time, intents, jobs)
         self._intents.extend(ids)
         return ids
 
@@ -231,7 +226,7 @@ class SlurmActuator:
         if not self._journaling():
             return
         assert self.journal is not None
-        cluster = self._cluster(state)
+        cluster = state.cluster
         left = self.journal.leftovers(cluster)
         if not left:
             return
@@ -320,10 +315,8 @@ class SlurmActuator:
                 self._settle_later(ids.get(job_id), outcomes[job_id])
 
     def _current_state(self) -> SlurmState:
-        if self.source is not None and self.source.last_state is not None:
-            return self.source.last_state
-        source = self.source or SlurmSource(self.client, clock=self.clock)
-        return source.state()
+        """Slurm's state now, for a caller that hands none (the loop always does)."""
+        return SlurmSource(self.client, clock=self.clock).state()
 
     def _send(self, update: Update) -> CommandResult | None:
         if self.mode is Mode.SHADOW:

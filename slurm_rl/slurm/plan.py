@@ -33,7 +33,10 @@ from slurm_rl.slurm.source import SlurmState
 _WHOLE_LIST = re.compile(r"invalid job id \d+(?:_\d+)?,")
 _FOR_JOB = re.compile(r"^(?P<message>.*?)\s+for job (?P<job>\d+(?:_\d+)?)\s*$")
 
-class Mode(enum.Enum):
+class Mode(enum.StrEnum):
+    """The operating mode, the one type for it: the site config's ``mode`` (its values are the
+    config's strings) and the actuator's (module docstring of :mod:`.actuator`)."""
+
     SHADOW = "shadow"
     ADVISE = "advise"
     ENFORCE = "enforce"

@@ -8,9 +8,10 @@ user's ``--begin``, a reservation, a limit, a ``--nodelist`` slurm-rl did not se
 :mod:`slurm_rl.slurm.waiting`) are left out of the snapshot and listed in
 :attr:`SlurmSource.set_aside`; a running job pinned by someone else is not checkpointable in
 the snapshot, so no policy moves it. Which pins are slurm-rl's own, the source learns from
-its :attr:`SlurmSource.pins` ledger, which it shares with the actuator
-(:mod:`slurm_rl.slurm.ownership`). A node an active reservation holds offers no free GPUs
-(:mod:`slurm_rl.slurm.reservations`).
+the pin ledger it is given (:mod:`slurm_rl.slurm.ownership`; the daemon gives the actuator
+the same one). :meth:`SlurmSource.observe` hands the actuator, through the shared loop, the
+raw state the snapshot was built from (:class:`SlurmState`, the loop's context). A node an
+active reservation holds offers no free GPUs (:mod:`slurm_rl.slurm.reservations`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from slurm_rl.core import (
     Placement,
     RunningJob,
 )
+from slurm_rl.loop import Observed
 from slurm_rl.slurm.client import SlurmClient
 from slurm_rl.slurm.gres import gpu_counts, single_request
 from slurm_rl.slurm.ownership import Ledger, pin_ledger
@@ -52,13 +54,16 @@ class SourceConfig:
 
 @dataclass(frozen=True)
 class SlurmState:
-    """The raw reports behind one snapshot; the actuator reads job details from here."""
+    """The raw reports behind one snapshot: the context the shared loop hands the actuator,
+    which reads job details from here. ``cluster`` is the name snapshots (and so the store)
+    give the cluster: the configured one, else Slurm's, else ``slurm``."""
 
     time: float
     jobs: JobsReport
     nodes: NodesReport
     managed: Mapping[str, SlurmJob]
     reservations: tuple[SlurmReservation, ...] = ()
+    cluster: str = "slurm"
 
     def job(self, job_id: str) -> SlurmJob | None:
         return self.managed.get(job_id)
@@ -183,7 +188,7 @@ class SlurmSource:
     """Builds one :class:`ClusterSnapshot` per call from ``client.jobs()`` and ``nodes()``.
 
     ``pins``: the ``ReqNodeList`` values slurm-rl set itself (give the actuator the same
-    ledger; by default it takes this one).
+    ledger: it records there the pins it sets).
     """
 
     def __init__(
@@ -220,14 +225,24 @@ class SlurmSource:
         reservations = tuple(self.client.reservations())
         previous, self._cores = self._cores, {}
         managed = {j.job_id: j for j in jobs.jobs if self._is_managed(j, previous)}
-        self.last_state = SlurmState(now, jobs, nodes, FrozenDict(managed), reservations)
+        cluster = self.config.cluster_name or nodes.meta.cluster or "slurm"
+        self.last_state = SlurmState(now, jobs, nodes, FrozenDict(managed), reservations,
+                                     cluster)
         return self.last_state
 
-    def snapshot(self) -> ClusterSnapshot:
+    def observe(self) -> Observed[SlurmState]:
+        """One query: the snapshot, and the state it was built from for the actuator."""
         state = self.state()
+        return Observed(self._snapshot_of(state), state)
+
+    def snapshot(self) -> ClusterSnapshot:
+        """One query's snapshot (:meth:`observe` without the state)."""
+        return self.observe().snapshot
+
+    def _snapshot_of(self, state: SlurmState) -> ClusterSnapshot:
         self.pins.sync(state.managed)
         reserved = reserved_nodes(state.reservations, state.time)
-        cluster, free = build_cluster(state.nodes.nodes, self.cluster_name(state), self.config,
+        cluster, free = build_cluster(state.nodes.nodes, state.cluster, self.config,
                                       reserved)
         pending, running, finished = self._split(state.managed.values(), state.time)
         return ClusterSnapshot(state.time, self._stable(cluster), free, pending, running,
@@ -243,11 +258,6 @@ class SlurmSource:
             return previous
         self._cluster = cluster
         return cluster
-
-    def cluster_name(self, state: SlurmState) -> str:
-        """The name snapshots (and so the store) give the cluster: the configured one, else
-        Slurm's, else ``slurm``."""
-        return self.config.cluster_name or state.nodes.meta.cluster or "slurm"
 
     def _is_managed(self, job: SlurmJob, previous: Mapping[str, _Kept]) -> bool:
         if job.array_pending or job.het_job:

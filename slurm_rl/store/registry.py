@@ -215,7 +215,7 @@ def _event(action: str, version: int | None, previous: int | None, note: str) ->
 def _read_bundle(path: Path) -> tuple[dict[str, Any], bytes]:
     """The bundle's meta and weights, checked loadable first (a broken bundle never enters
     the registry)."""
-    from slurm_rl.agents.ordering.agent import BundleError, load_bundle  # lazy: torch
+    from slurm_rl.agents.dual.bundle import BundleError, load_bundle  # lazy: torch
 
     try:
         load_bundle(path)

@@ -30,11 +30,11 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from slurm_rl.agents.ordering.agent import Observation, OrderingAgent, make_chooser, masked_scores
-from slurm_rl.agents.ordering.candidates import CANDIDATE_FEATURES, CandidateGenerator, CandidateSet
-from slurm_rl.agents.ordering.features import JOB_FEATURES, FeatureBuilder, FloatArray
-from slurm_rl.agents.ordering.network import DualNetwork, PlacementHead
-from slurm_rl.agents.ordering.placement import LearnedPlacement
+from slurm_rl.agents.dual.agent import Observation, OrderingAgent, make_chooser, masked_scores
+from slurm_rl.agents.dual.candidates import CANDIDATE_FEATURES, CandidateGenerator, CandidateSet
+from slurm_rl.agents.dual.features import JOB_FEATURES, FeatureBuilder, FloatArray
+from slurm_rl.agents.dual.network import DualNetwork, PlacementHead
+from slurm_rl.agents.dual.placement import LearnedPlacement
 from slurm_rl.agents.starvation import STARVATION_S, promote_starved
 from slurm_rl.core import ClusterSnapshot, Job
 from slurm_rl.policy import Scores
@@ -231,7 +231,7 @@ class Actors:
 
 def training_actors(network: DualNetwork, gpu_speed: Mapping[str, float],
                     config: RolloutConfig, seed: int) -> Actors:
-    """The deployed scheduler's shape (:func:`~slurm_rl.agents.ordering.agent.build_scheduler`,
+    """The deployed scheduler's shape (:func:`~slurm_rl.agents.dual.agent.build_scheduler`,
     the dual variant) with the training actors in its two roles."""
     builder = FeatureBuilder(gpu_speed)
     chooser = make_chooser(config.chooser, gpu_speed, config.fee_weight)

@@ -37,6 +37,9 @@ import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import Tensor
 
+from slurm_rl.agents.dual.agent import Variant, build_scheduler, network_config
+from slurm_rl.agents.dual.bundle import Bundle, load_bundle
+from slurm_rl.agents.dual.network import DualNetwork, NetworkConfig
 from slurm_rl.agents.names import (
     baseline_placements,
     ordering_of,
@@ -44,14 +47,6 @@ from slurm_rl.agents.names import (
     realisable_orderings,
     reference_orderings,
 )
-from slurm_rl.agents.ordering.agent import (
-    Bundle,
-    Variant,
-    build_scheduler,
-    load_bundle,
-    network_config,
-)
-from slurm_rl.agents.ordering.network import DualNetwork, NetworkConfig
 from slurm_rl.agents.registry import make_scheduler
 from slurm_rl.errors import InputError
 from slurm_rl.report import write_report
@@ -79,7 +74,7 @@ class PolicySpec:
 
 
 def make_policy(spec: PolicySpec) -> Scheduler:
-    from slurm_rl.simulate_command import gpu_speed_table
+    from slurm_rl.scenario import gpu_speed_table
 
     speeds = gpu_speed_table()
     if spec.baseline is not None:

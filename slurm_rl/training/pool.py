@@ -25,7 +25,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from slurm_rl.agents.ordering.network import DualNetwork, NetworkConfig
+from slurm_rl.agents.dual.network import DualNetwork, NetworkConfig
 from slurm_rl.errors import InputError
 from slurm_rl.scenario import Scenario, build_simulation
 from slurm_rl.simulator.cluster_spec import ClusterSpec, load_cluster_spec
@@ -54,7 +54,7 @@ class World:
 
     @classmethod
     def load(cls, world: WorldSpec) -> World:
-        from slurm_rl.simulate_command import gpu_speed_table
+        from slurm_rl.scenario import gpu_speed_table
 
         return cls(open_workload(world.trace), load_cluster_spec(world.cluster),
                    gpu_speed_table(), world.cycle_s)

@@ -43,8 +43,9 @@ import torch
 from torch import Tensor, nn
 
 from slurm_rl import __version__
-from slurm_rl.agents.ordering.agent import network_config, save_bundle
-from slurm_rl.agents.ordering.network import DualNetwork
+from slurm_rl.agents.dual.agent import network_config
+from slurm_rl.agents.dual.bundle import save_bundle
+from slurm_rl.agents.dual.network import DualNetwork
 from slurm_rl.training.actors import RolloutConfig, Step, observation_tensors
 from slurm_rl.training.batch import StepBatch, collate_placements, collate_steps
 from slurm_rl.training.curves import CurveLog

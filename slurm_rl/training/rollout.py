@@ -27,12 +27,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from slurm_rl import objective
-from slurm_rl.agents.ordering.agent import Observation
-from slurm_rl.agents.ordering.network import DualNetwork
+from slurm_rl.agents.dual.agent import Observation
+from slurm_rl.agents.dual.network import DualNetwork
 from slurm_rl.agents.ordering_baselines import Qssf
 from slurm_rl.agents.placement_baselines import FastestGpuFirst
 from slurm_rl.core import ClusterSnapshot, Decision
-from slurm_rl.loop import DecisionMaker, Recorder, run_loop
+from slurm_rl.loop import DecisionMaker, Observed, Recorder, run_loop
 from slurm_rl.scheduler import Scheduler
 from slurm_rl.simulator.engine import Simulation
 from slurm_rl.simulator.world import SimActuator
@@ -79,14 +79,16 @@ class PhaseSource:
         self._first = first
         self.left: ClusterSnapshot | None = None
 
-    def snapshot(self) -> ClusterSnapshot | None:
+    def observe(self) -> Observed[None] | None:
         snapshot, self._first = self._first, None
         if snapshot is None:
             snapshot = self.simulation.next_snapshot()
-        if snapshot is not None and snapshot.time >= self.until:
+        if snapshot is None:
+            return None
+        if snapshot.time >= self.until:
             self.left = snapshot
             return None
-        return snapshot
+        return Observed(snapshot, None)
 
 
 class Watcher:

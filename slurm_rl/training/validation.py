@@ -16,7 +16,7 @@ from typing import Any
 
 from torch import Tensor
 
-from slurm_rl.agents.ordering.network import DualNetwork
+from slurm_rl.agents.dual.network import DualNetwork
 from slurm_rl.objective import cost, hours
 from slurm_rl.scenario import ReplayResult, Scenario
 from slurm_rl.simulator.engine import SimConfig

@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurm_rl.cli import main
+from slurm_rl.cli.main import main
 from slurm_rl.workloads import SHARED_TRACES, SYNTHETIC
 from tests.property._support import NASTY_WORDS, budget, nasty_text, outcome, within
 

@@ -60,7 +60,7 @@ def fill(store: Store, jobs: int, *, now: float, seed: int = 0, nodes: bool = Tr
 def damaged_bundle(source: Path, target: Path) -> Path:
     """The bundle with its ordering scores negated: it ranks the jobs the trained agent
     would start first, last (a deliberately worse policy)."""
-    from slurm_rl.agents.ordering.agent import load_bundle, save_bundle
+    from slurm_rl.agents.dual.bundle import load_bundle, save_bundle
 
     bundle = load_bundle(source)
     head = bundle.network.ordering.head[-1]

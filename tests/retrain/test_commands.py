@@ -10,9 +10,9 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from slurm_rl.cli import main
+from slurm_rl.cli.main import main
+from slurm_rl.cli.retrain import retrain_command
 from slurm_rl.config import DaemonConfig
-from slurm_rl.retrain.cli import retrain_command
 from slurm_rl.retrain.schedule import (
     RETRAIN_JOB,
     STORE_ENV,
@@ -115,7 +115,7 @@ def test_the_scheduled_command_line_is_one_the_command_accepts(tmp_path: Path) -
     config = DaemonConfig(state_dir=tmp_path, cluster_name="c", retrain_every_h=1.0,
                           retrain_base_bundle=tmp_path)
     argv = retrain_argv(config)
-    assert argv[1:3] == ["-m", "slurm_rl.retrain"]
+    assert argv[1:3] == ["-m", "slurm_rl.cli.retrain"]
     with pytest.MonkeyPatch.context() as env:
         env.setenv(STORE_ENV, config.store)
         context = retrain_command.make_context("retrain", argv[3:])

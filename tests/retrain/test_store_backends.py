@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from slurm_rl.cli import main
+from slurm_rl.cli.main import main
 from slurm_rl.core import Cluster, ClusterSnapshot, Decision, FinishedJob, Job, Placement
 from slurm_rl.retrain.window import load_window
 from slurm_rl.store import migrate

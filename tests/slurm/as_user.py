@@ -20,7 +20,7 @@ import sys
 # The standard library lives with the interpreter: load what the commands use before the
 # drop (site-packages of the venv stay readable afterwards).
 PRELOAD = (
-    "slurm_rl.cli", "slurm_rl.daemon.cli", "slurm_rl.daemon.runner", "slurm_rl.ops.selftest",
+    "slurm_rl.cli.main", "slurm_rl.cli.daemon", "slurm_rl.daemon.runner", "slurm_rl.ops.selftest",
     "slurm_rl.ops.explain", "slurm_rl.ops.revert", "slurm_rl.agents.registry",
     "slurm_rl.simulator.perfmodel", "sqlite3", "sqlalchemy.dialects.sqlite.pysqlite",
     "alembic.runtime.migration", "alembic.script", "alembic.command", "logging.config",

@@ -74,7 +74,7 @@ exec "{real}" "$@"
 
 @dataclass
 class Rig:
-    """A ``python -m slurm_rl.daemon`` process on the session cluster, with fault levers."""
+    """A ``python -m slurm_rl.cli.daemon`` process on the session cluster, with fault levers."""
 
     live: LiveCluster
     tmp: Path
@@ -95,7 +95,7 @@ class Rig:
     def start(self) -> None:
         since = time.time()
         out = self.log.open("ab")
-        argv = [sys.executable, "-m", "slurm_rl.daemon", "--config", str(self.config)]
+        argv = [sys.executable, "-m", "slurm_rl.cli.daemon", "--config", str(self.config)]
         self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env,
                                         cwd=Path(__file__).resolve().parents[2])
         out.close()

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurm_rl.devcluster.cluster import DevCluster, free_base_port
+from slurm_rl.devcluster.config import DevClusterConfig
 from slurm_rl.slurm import deferral
 from slurm_rl.slurm.client import CliSlurmClient
-from slurm_rl.slurm.devcluster import DevCluster, free_base_port
-from slurm_rl.slurm.devconf import DevClusterConfig
 from slurm_rl.slurm.proc import CommandResult, Runner, make_runner
 from slurm_rl.slurm.scontrol import ScontrolJob
 

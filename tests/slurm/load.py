@@ -4,7 +4,7 @@ run) and ``benchmarks/load_live.py`` (≥ 300 jobs).
 A private dev cluster with slurmdbd (a private MariaDB) and a non-root SlurmUser (Debian's
 ``slurm``); ``sbatch`` bursts as three users of 1–16 GPU jobs that ``sleep`` a few seconds:
 most untyped (``--gpus=2``), some typed (``--gpus=a100:2``), some multi-node (``-N 2
---gpus-per-node=4``). The daemon runs as a real process (``python -m slurm_rl.daemon``, as
+--gpus-per-node=4``). The daemon runs as a real process (``python -m slurm_rl.cli.daemon``, as
 SlurmUser) in enforce mode; once, right after a burst, it is killed with SIGKILL as soon as
 slurmctld logs the first pin of its next cycle (the cycle has sent Slurm a call and not yet
 stored it), then restarted on the same store. The checks of what happened are in
@@ -35,8 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurm_rl.slurm.devcluster import DevCluster, free_base_port
-from slurm_rl.slurm.devconf import DevClusterConfig
+from slurm_rl.devcluster.cluster import DevCluster, free_base_port
+from slurm_rl.devcluster.config import DevClusterConfig
 from tests.slurm.live import daemon_toml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -211,7 +211,7 @@ def unfinished(cluster: DevCluster, job_ids: Sequence[str]) -> set[str]:
 
 @dataclass
 class DaemonProcess:
-    """``python -m slurm_rl.daemon`` as SlurmUser, on the load cluster, one store."""
+    """``python -m slurm_rl.cli.daemon`` as SlurmUser, on the load cluster, one store."""
 
     cluster: DevCluster
     state: Path
@@ -254,7 +254,7 @@ class DaemonProcess:
     def start(self) -> float:
         """Start it and wait for its first heartbeat; returns the seconds that took."""
         conf = self.write_config()
-        argv = [sys.executable, "-m", "tests.slurm.load", SLURM_USER, "slurm_rl.daemon",
+        argv = [sys.executable, "-m", "tests.slurm.load", SLURM_USER, "slurm_rl.cli.daemon",
                 "--config", str(conf)]
         env = {**os.environ, "HOME": str(self.state), "PYTHONUNBUFFERED": "1"}
         began, since = time.monotonic(), time.time()

@@ -35,11 +35,11 @@ from slurm_rl.core import Job
 from slurm_rl.daemon.guard import GuardedScheduler
 from slurm_rl.daemon.history import PrimedScheduler
 from slurm_rl.daemon.runner import Daemon
+from slurm_rl.devcluster.cluster import DevCluster, free_base_port
+from slurm_rl.devcluster.config import DevClusterConfig, NodeGroup
 from slurm_rl.live_policy import make_policy
 from slurm_rl.sim2real import Comparison, JobRun, WorldSetup, compare, dev_cluster, simulate_runs
 from slurm_rl.simulator.slurm_emulation import SlurmScheduler
-from slurm_rl.slurm.devcluster import DevCluster, free_base_port
-from slurm_rl.slurm.devconf import DevClusterConfig, NodeGroup
 from slurm_rl.slurm.hostlist import expand
 from slurm_rl.slurm.priority import HeldPriorities, PriorityLimits
 from slurm_rl.slurm.proc import make_runner

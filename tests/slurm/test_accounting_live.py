@@ -21,7 +21,7 @@ from slurm_rl.config import DaemonConfig
 from slurm_rl.core import FinishedJob
 from slurm_rl.daemon.accounting import FIELDS, AccountingReader
 from slurm_rl.daemon.runner import Daemon
-from slurm_rl.slurm.devcluster import DevCluster
+from slurm_rl.devcluster.cluster import DevCluster
 from slurm_rl.store.models import OutcomeRow
 from tests.slurm.live import LiveCluster
 from tests.slurm.test_operator_live import WINDOW_S, operator_cluster  # noqa: F401

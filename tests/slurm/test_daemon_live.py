@@ -263,7 +263,7 @@ def _toml(site: Site, tmp_path: Path, live: LiveCluster, **values: object) -> st
 def start_daemon(
     live: LiveCluster, site: Site, tmp_path: Path
 ) -> Iterator[Callable[..., tuple[DaemonProcess, Path]]]:
-    """Starts ``python -m slurm_rl.daemon --config <toml>``; restores the plugin config."""
+    """Starts ``python -m slurm_rl.cli.daemon --config <toml>``; restores the plugin config."""
     plugin_conf = (site.conf_dir / CONF_NAME).read_text()
     started: list[DaemonProcess] = []
 
@@ -271,7 +271,7 @@ def start_daemon(
         path = tmp_path / "slurm-rl.toml"
         path.write_text(_toml(site, tmp_path, live, **values))
         log = tmp_path / "daemon.log"
-        argv = [sys.executable, "-m", "slurm_rl.daemon", "--config", str(path)]
+        argv = [sys.executable, "-m", "slurm_rl.cli.daemon", "--config", str(path)]
         with log.open("wb") as out:
             process = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
         started.append(DaemonProcess(process, log))

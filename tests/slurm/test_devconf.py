@@ -6,16 +6,16 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from slurm_rl.slurm import deferral
-from slurm_rl.slurm.cli import devcluster_group
-from slurm_rl.slurm.devcluster import DevCluster
-from slurm_rl.slurm.devconf import (
+from slurm_rl.cli.devcluster import devcluster_group
+from slurm_rl.devcluster.cluster import DevCluster
+from slurm_rl.devcluster.config import (
     DevClusterConfig,
     NodeGroup,
     render_gres_conf,
     render_slurm_conf,
     render_slurmdbd_conf,
 )
+from slurm_rl.slurm import deferral
 
 
 def _lines(text: str) -> set[str]:

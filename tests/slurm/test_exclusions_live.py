@@ -33,7 +33,7 @@ def test_exclusions_steer_slurm_and_leave_a_users_exclude_alone(live: LiveCluste
     # A user's own --begin: released by nobody, so it stays pending for the later steps.
     kept = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", "--begin=now+300")
     source.snapshot()
-    actuator = SlurmActuator(live.client, ActuatorConfig(mode=Mode.ENFORCE), source=source)
+    actuator = SlurmActuator(live.client, ActuatorConfig(mode=Mode.ENFORCE), pins=source.pins)
     # Slurm fills the lowest-named nodes first: leave it only the last a100 node.
     exclusions = {ours: tuple(a100[:-1]), theirs: (v100[1],), kept: (a100[0],)}
     report = actuator.apply(Decision("test", (ours, theirs, kept), exclusions=exclusions))

@@ -352,7 +352,7 @@ def test_shell_metacharacters_and_unicode_in_names_and_comments(
         config = ["--config", str(rig.config)]
         for job_id in jobs:
             shown = subprocess.run(
-                [sys.executable, "-m", "slurm_rl.cli", "explain", job_id, *config],
+                [sys.executable, "-m", "slurm_rl.cli.main", "explain", job_id, *config],
                 cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
             assert shown.returncode == 0, shown.stderr
             assert f"sent: scontrol update JobId={job_id} " in shown.stdout
@@ -362,7 +362,7 @@ def test_shell_metacharacters_and_unicode_in_names_and_comments(
 
 
 def test_metrics_are_served_on_localhost(make_rig, live: LiveCluster) -> None:
-    from slurm_rl.slurm.devcluster import free_base_port
+    from slurm_rl.devcluster.cluster import free_base_port
 
     port = free_base_port(1, start=19400)
     rig = make_rig(metrics_port=port)

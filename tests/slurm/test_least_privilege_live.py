@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from slurm_rl.devcluster.cluster import DevCluster, free_base_port
+from slurm_rl.devcluster.config import DevClusterConfig, NodeGroup
 from slurm_rl.slurm import deferral
-from slurm_rl.slurm.devcluster import DevCluster, free_base_port
-from slurm_rl.slurm.devconf import DevClusterConfig, NodeGroup
 from slurm_rl.slurm.proc import make_runner
 from slurm_rl.store.repository import Store
 from tests.slurm.live import LiveCluster
@@ -98,14 +98,14 @@ def test_the_daemon_as_slurmuser_places_jobs_without_root(slurm_user_cluster) ->
     assert deferral.deferred_until(live.job(job).admin_comment) is not None
     state = _state_dir(SLURM_USER)
     try:
-        ran = _as(SLURM_USER, cluster, state, "slurm_rl.daemon", "--once")
+        ran = _as(SLURM_USER, cluster, state, "slurm_rl.cli.daemon", "--once")
         assert ran.returncode == 0, ran.stdout + ran.stderr
         (row,) = Store(f"sqlite:///{state / 'slurm-rl.sqlite'}").decisions_for("lp", job)
         assert row.slurm_rc == 0 and row.argv and any(a.startswith("Priority=") for a in row.argv)
         started = live.wait_state(job, "RUNNING", timeout_s=WINDOW_S + 8)
         assert row.nodes is not None and set(started.nodes) == set(row.nodes.split(","))
         assert started.start_time is not None
-        checked = _as(SLURM_USER, cluster, state, "slurm_rl.cli", "selftest")
+        checked = _as(SLURM_USER, cluster, state, "slurm_rl.cli.main", "selftest")
         assert "ok   permission to update jobs: running as slurm" in checked.stdout, checked.stdout
     finally:
         live.cancel_all()
@@ -118,12 +118,12 @@ def test_an_ordinary_user_is_refused_recorded_and_told_the_fix(slurm_user_cluste
     job = live.sbatch("alice", "--gres=gpu:a100:2", "-t", "5", script="sleep 30")
     state = _state_dir("bob")
     try:  # bob may not write SlurmUser's heartbeat either: his own file stands in for it
-        ran = _as("bob", cluster, state, "slurm_rl.daemon", "--once", heartbeat=state / "beat")
+        ran = _as("bob", cluster, state, "slurm_rl.cli.daemon", "--once", heartbeat=state / "beat")
         assert ran.returncode == 0, ran.stdout + ran.stderr  # refusals are per job, not fatal
         (row,) = Store(f"sqlite:///{state / 'slurm-rl.sqlite'}").decisions_for("lp", job)
         assert row.slurm_rc not in (0, None)
         assert row.slurm_answer is not None and row.slurm_answer.startswith("permission:")
-        checked = _as("bob", cluster, state, "slurm_rl.cli", "selftest", heartbeat=state / "b")
+        checked = _as("bob", cluster, state, "slurm_rl.cli.main", "selftest", heartbeat=state / "b")
         assert checked.returncode == 1
         assert "FAIL permission to update jobs: running as bob" in checked.stdout
         assert f"fix: run the daemon as {SLURM_USER}, or where slurmdbd runs" in checked.stdout

@@ -34,7 +34,7 @@ def _nodes(snapshot: ClusterSnapshot, gpu_type: str) -> list[str]:
 
 def _actuator(live: LiveCluster, source: SlurmSource, mode: Mode, **config: float) -> SlurmActuator:
     settings = ActuatorConfig(mode=mode, **config)  # type: ignore[arg-type]
-    return SlurmActuator(live.client, settings, source=source)
+    return SlurmActuator(live.client, settings, pins=source.pins)
 
 
 def test_enforce_runs_jobs_exactly_where_decided(live: LiveCluster) -> None:
@@ -257,7 +257,7 @@ def test_a_pin_slurm_refuses_is_journaled_as_refused_with_slurms_message(
     source = SlurmSource(live.client)
     source.snapshot()
     store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
-    actuator = SlurmActuator(live.client, ActuatorConfig(mode=Mode.ENFORCE), source=source,
+    actuator = SlurmActuator(live.client, ActuatorConfig(mode=Mode.ENFORCE), pins=source.pins,
                              journal=StoreJournal(lambda: store))
     placements = {job_id: Placement(("no-such-node",), (1,))}  # past any guard, as a bug would
     report = actuator.apply(Decision("test", (job_id,), placements))
@@ -287,7 +287,7 @@ def test_an_untyped_gang_slurm_places_stays_on_one_gpu_type(live: LiveCluster) -
     gang = live.sbatch("alice", "-N2", "--gpus-per-node=4", "-t", "10")
     source.snapshot()
     config = ActuatorConfig(mode=Mode.ENFORCE, one_gpu_type=True)
-    report = SlurmActuator(live.client, config, source=source).apply(Decision("t", (gang,)))
+    report = SlurmActuator(live.client, config, pins=source.pins).apply(Decision("t", (gang,)))
     outcome = report.outcome(gang)
     assert outcome is not None and "Features=[a100|v100]" in outcome.argv and outcome.ok
     job = live.wait_state(gang, "RUNNING", timeout_s=live.window_s + SCHED_SLACK_S)

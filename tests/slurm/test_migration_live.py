@@ -42,7 +42,7 @@ def _running_on(live: LiveCluster, source: SlurmSource, node: str, *options: str
     ``source``, whose ledger then holds the pin as slurm-rl's own."""
     job_id = _submit(live, *options)
     source.snapshot()
-    placing = SlurmActuator(live.client, ActuatorConfig(mode=Mode.ENFORCE), source=source)
+    placing = SlurmActuator(live.client, ActuatorConfig(mode=Mode.ENFORCE), pins=source.pins)
     report = placing.apply(Decision("test", (job_id,), {job_id: Placement((node,), (1,))}))
     assert all(o.sent and o.ok for o in report.outcomes), report.outcomes
     live.wait_state(job_id, "RUNNING", timeout_s=SCHED_SLACK_S)
@@ -65,7 +65,7 @@ def test_an_opted_in_job_moves_to_the_chosen_node_and_no_other_job_is_touched(
         # A generous wait for the requeued job to leave COMPLETING (slow machines), so that
         # this one apply releases it rather than leaving it to a later cycle.
         config = ActuatorConfig(mode=mode, migrate=migrate, restart_wait_s=15.0)
-        return SlurmActuator(live.client, config, source=source)
+        return SlurmActuator(live.client, config, pins=source.pins)
 
     assert actuator(Mode.ENFORCE, migrate=False).apply(decision).outcomes == ()
     shadow = {o.job_id: o for o in actuator(Mode.SHADOW).apply(decision).outcomes}
@@ -168,7 +168,7 @@ def test_a_move_the_jobs_constraint_or_exclusion_forbids_is_refused(live: LiveCl
     excluding = _running_on(live, source, v100[0], *OPT_IN, f"--exclude={a100[0]}")
     moves = {job_id: Placement((a100[0],), (1,)) for job_id in (constrained, excluding)}
     actuator = SlurmActuator(live.client, ActuatorConfig(mode=Mode.ENFORCE, migrate=True),
-                             source=source)
+                             pins=source.pins)
     source.snapshot()
     report = {o.job_id: o for o in actuator.apply(Decision("test", (), migrations=moves)).outcomes}
     assert report[constrained].kind == report[excluding].kind == "not_movable"

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
+from slurm_rl.devcluster.cluster import DevCluster, free_base_port
+from slurm_rl.devcluster.config import DevClusterConfig, NodeGroup
 from slurm_rl.slurm import deferral
-from slurm_rl.slurm.devcluster import DevCluster, free_base_port
-from slurm_rl.slurm.devconf import DevClusterConfig, NodeGroup
 from slurm_rl.slurm.proc import make_runner
 from slurm_rl.store.repository import Store
 from tests.slurm.live import LiveCluster
@@ -209,7 +209,7 @@ def test_an_operator_account_steers_other_users_jobs_without_root(operator_clust
     state = Path(tempfile.mkdtemp(prefix="slurm-rl-op-bob-"))
     shutil.chown(state, OPERATOR, OPERATOR)
     try:
-        ran = _as_operator(cluster, state, "slurm_rl.daemon", "--once")
+        ran = _as_operator(cluster, state, "slurm_rl.cli.daemon", "--once")
         assert ran.returncode == 0, ran.stdout + ran.stderr
         (row,) = Store(f"sqlite:///{state / 'slurm-rl.sqlite'}").decisions_for("opc", job)
         assert row.slurm_rc == 0 and row.action == "place", row.slurm_answer
@@ -217,7 +217,7 @@ def test_an_operator_account_steers_other_users_jobs_without_root(operator_clust
         started = live.wait_state(job, "RUNNING", timeout_s=WINDOW_S + 8)
         assert row.nodes is not None and set(started.nodes) == set(row.nodes.split(","))
         assert started.start_time is not None
-        checked = _as_operator(cluster, state, "slurm_rl.cli", "selftest")
+        checked = _as_operator(cluster, state, "slurm_rl.cli.main", "selftest")
         assert f"ok   permission to update jobs: running as {OPERATOR}, AdminLevel=Operator" \
             in checked.stdout, checked.stdout
         # The one field the daemon's levers do not need is an administrator's.

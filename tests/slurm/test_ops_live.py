@@ -38,7 +38,7 @@ def _cli(live: LiveCluster, tmp_path: Path, *args: str, enforce: bool = False,
     config = tmp_path / "ops.toml"
     config.write_text("\n".join(lines) + "\n")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, "-m", "slurm_rl.cli", *args, "--config", str(config)]
+    argv = [sys.executable, "-m", "slurm_rl.cli.main", *args, "--config", str(config)]
     return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120, env=env,
                           check=False)
 

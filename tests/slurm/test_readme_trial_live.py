@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_rl.slurm.cli import devcluster_group
+from slurm_rl.cli.devcluster import devcluster_group
+from slurm_rl.devcluster.cluster import DevCluster
 from slurm_rl.slurm.deferral import (
     CONF_NAME,
     DEFERRAL_TAG,
@@ -39,7 +40,6 @@ from slurm_rl.slurm.deferral import (
     deferred_until,
     write_config,
 )
-from slurm_rl.slurm.devcluster import DevCluster
 from slurm_rl.store.repository import Store
 from tests.slurm.live import LiveCluster
 from tests.slurm.test_daemon_live import REPO, SCHED_SLACK_S
@@ -104,7 +104,7 @@ class Trial:
             where = ["--root", str(self.cluster.root),
                      "--base-port", str(self.cluster.config.base_port)]
             argv = [*argv, *where]
-        return [sys.executable, "-m", "slurm_rl.cli", *argv[1:]]
+        return [sys.executable, "-m", "slurm_rl.cli.main", *argv[1:]]
 
     # -- running one line --------------------------------------------------------------
 

@@ -172,7 +172,7 @@ def test_retrain_promotes_a_better_candidate_not_a_worse_one_and_rolls_back(
         _wait(live, daemon, _running(daemon, v2), "the daemon to run v2", 10)
 
         # A worse candidate, judged by the one-shot command (as cron would run it).
-        argv = [sys.executable, "-m", "slurm_rl.retrain", "--store", url, "--cluster", "live",
+        argv = [sys.executable, "-m", "slurm_rl.cli.retrain", "--store", url, "--cluster", "live",
                 "--window-days", "1", "--margin", "0.05", "--gate-seeds", "1", "--cycle", "1",
                 "--defer-window", str(live.window_s), "--candidate", str(damaged),
                 "--cache-dir", str(tmp_path / "models")]
@@ -184,7 +184,7 @@ def test_retrain_promotes_a_better_candidate_not_a_worse_one_and_rolls_back(
         assert registry.active_number() == v2
 
         # Rollback: the previous version runs again in the running daemon.
-        back = subprocess.run([sys.executable, "-m", "slurm_rl.cli", "models", "rollback",
+        back = subprocess.run([sys.executable, "-m", "slurm_rl.cli.main", "models", "rollback",
                                "--store", url], cwd=REPO, capture_output=True, text=True,
                               timeout=60, check=False)
         assert back.returncode == 0 and f"active: v{v1}" in back.stdout, back.stderr

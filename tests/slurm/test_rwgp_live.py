@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from slurm_rl.devcluster.cluster import DevCluster, free_base_port
+from slurm_rl.devcluster.config import DevClusterConfig, NodeGroup
 from slurm_rl.slurm import deferral
-from slurm_rl.slurm.devcluster import DevCluster, free_base_port
-from slurm_rl.slurm.devconf import DevClusterConfig, NodeGroup
 from slurm_rl.slurm.proc import make_runner
 from slurm_rl.store.repository import Store
 from tests.slurm.live import LiveCluster

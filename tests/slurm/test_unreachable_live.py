@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from slurm_rl.slurm.devcluster import free_base_port
+from slurm_rl.devcluster.cluster import free_base_port
 from tests.slurm.live import LiveCluster
 from tests.slurm.test_faults_live import _controller_pid, make_rig  # noqa: F401 (a fixture)
 

@@ -19,10 +19,9 @@ from slurm_rl.errors import InputError
 from slurm_rl.fairness import RankingRules
 from slurm_rl.replicas import print_means, replicas_json, write_reports
 from slurm_rl.report import as_json, print_table, write_report
-from slurm_rl.scenario import ReplayResult, Scenario, replay
+from slurm_rl.scenario import ReplayResult, Scenario, gpu_speed_table, replay
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
 from slurm_rl.simulator.engine import SimConfig
-from slurm_rl.simulator.perfmodel import datasheet_gpu_speeds
 from slurm_rl.simulator.slurm_emulation import SlurmScheduler
 from slurm_rl.workloads import open_measured_workload
 
@@ -113,10 +112,6 @@ def ranking_rules(options: dict[str, Any]) -> RankingRules | None:
     if 0 < ratio < 1:  # the ratio is never below 1: such a bound would re-rank every cycle
         raise InputError(f"--fairness-max-wait-ratio must be 0 (off) or at least 1, got {ratio:g}")
     return RankingRules(max_wait_ratio=ratio or None)
-
-
-def gpu_speed_table() -> dict[str, float]:
-    return dict(datasheet_gpu_speeds())
 
 
 def run_simulate(console: Console, **options: Any) -> list[ReplayResult]:

@@ -1,4 +1,5 @@
-"""``slurm-rl train`` and ``slurm-rl evaluate`` (register with ``main.add_command``)."""
+"""``slurm-rl train`` and ``slurm-rl evaluate`` (register with ``main.add_command``);
+``python -m slurm_rl.cli.train train|evaluate`` runs them without the entry point."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from typing import Any
 import click
 from rich.console import Console
 
-from slurm_rl.agents.ordering.agent import CHOOSERS, load_bundle
-from slurm_rl.agents.ordering.network import PRIORS
-from slurm_rl.cli_options import FiniteFloat, WritableDir, checkpoint_options
+from slurm_rl.agents.dual.bundle import CHOOSERS, load_bundle
+from slurm_rl.agents.dual.network import PRIORS
+from slurm_rl.cli.main import FriendlyGroup
+from slurm_rl.cli.options import FiniteFloat, WritableDir, checkpoint_options
 from slurm_rl.errors import InputError
 from slurm_rl.paths import default_bundle_path
 from slurm_rl.training.actors import PLACEMENT_TEACHERS
@@ -149,7 +151,7 @@ def evaluate_command(**options: Any) -> None:
     """Replay held-out windows with the dual agent, its ablations and every baseline."""
     import os
 
-    from slurm_rl.simulate_command import build_scenario
+    from slurm_rl.cli.simulate import build_scenario
     from slurm_rl.training.evaluate import evaluation_specs, replay_replicas, write_evaluation
 
     bundle = options["bundle"] or default_bundle_path()
@@ -223,3 +225,15 @@ def _sweep_command(options: dict[str, Any]) -> str:
     if options["workers"]:
         words += ["--workers", str(options["workers"])]
     return shlex.join([*words, "--report", str(options["report_dir"])])
+
+
+@click.group(cls=FriendlyGroup)
+def main() -> None:
+    """Train and evaluate the dual agent."""
+
+
+main.add_command(train_command)
+main.add_command(evaluate_command)
+
+if __name__ == "__main__":
+    main()

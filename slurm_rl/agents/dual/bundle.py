@@ -1,57 +1,36 @@
-"""The learned ordering agent, policy bundles (save, load, schema check) and ready schedulers.
+"""Policy bundles: saving, loading and checking the learned dual agent's files.
 
 A *bundle* is a directory: ``weights.pt`` (the :class:`~.network.DualNetwork` ``state_dict``,
 loaded with ``weights_only=True``) and ``meta.json`` (bundle format, feature schema, network
 sizes, λ, the node-set chooser, training windows, seed, metrics, package version). A bundle
 whose feature schema differs from this package's is refused with one line
-(:class:`BundleError`): features would be misread silently otherwise.
-
-Our design throughout; docs/ordering-agent.md describes it.
+(:class:`BundleError`): features would be misread silently otherwise. Every setting meta.json
+carries is checked at load (:func:`load_bundle`).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
 import torch
 
 from slurm_rl import __version__
-from slurm_rl.agents.base import PlacementContext
-from slurm_rl.agents.names import naming_help, parse
-from slurm_rl.agents.ordering.candidates import CANDIDATE_FEATURES, CandidateGenerator
-from slurm_rl.agents.ordering.features import (
-    CLUSTER_FEATURES,
-    FEATURE_SCHEMA_VERSION,
-    JOB_FEATURES,
-    FeatureBuilder,
-    FloatArray,
-)
-from slurm_rl.agents.ordering.messages import MESSAGE_FEATURES, BoolArray, Messenger
-from slurm_rl.agents.ordering.network import DualNetwork, NetworkConfig, OrderingNetwork
-from slurm_rl.agents.ordering.placement import LearnedPlacement
-from slurm_rl.agents.ordering_baselines import Qssf
-from slurm_rl.agents.placement_baselines import BestFit, FastestGpuFirst
-from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
-from slurm_rl.agents.starvation import STARVATION_H, STARVATION_S, promote_starved
-from slurm_rl.core import ClusterSnapshot
-from slurm_rl.errors import SlurmRLError, UnknownNameError
-from slurm_rl.paths import default_bundle_path
-from slurm_rl.policy import OrderingPolicy, PlacementPolicy, Scores
-from slurm_rl.scheduler import Scheduler
+from slurm_rl.agents.dual.candidates import CANDIDATE_FEATURES
+from slurm_rl.agents.dual.features import CLUSTER_FEATURES, FEATURE_SCHEMA_VERSION, JOB_FEATURES
+from slurm_rl.agents.dual.messages import MESSAGE_FEATURES
+from slurm_rl.agents.dual.network import DualNetwork, NetworkConfig
+from slurm_rl.agents.starvation import STARVATION_H
+from slurm_rl.errors import SlurmRLError
 
 BUNDLE_FORMAT = "slurm-rl-policy-bundle/1"
 WEIGHTS_FILE = "weights.pt"
 META_FILE = "meta.json"
 PLACEMENT_GP = "placement_gp"  # meta key: the chooser's refit RWGP hyperparameters
-Variant = Literal["dual", "ordering-only", "placement-only", "no-communication"]
-VARIANTS: tuple[Variant, ...] = ("dual", "ordering-only", "placement-only", "no-communication")
 #: Node-set choosers inside the placement agent. ``rwgp-excluding`` also keeps gangs off nodes
 #: far slower than their best (the RWGP's exclusions); ``rwgp`` offers every node set, as the
 #: bundles trained before it expect.
@@ -60,79 +39,6 @@ CHOOSERS = ("rwgp-excluding", "rwgp", "best-fit")
 
 class BundleError(SlurmRLError):
     """A policy bundle that cannot be used (missing, malformed, or another feature schema)."""
-
-
-def network_config(hidden: int = 64, pace_sharpness: float = 0.0,
-                   prior: str = "pace") -> NetworkConfig:
-    return NetworkConfig(len(JOB_FEATURES), len(CLUSTER_FEATURES), len(MESSAGE_FEATURES),
-                         len(CANDIDATE_FEATURES), hidden, pace_sharpness, prior)
-
-
-# ----- the ordering agent ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Observation:
-    """One snapshot as the ordering actor and the critic see it; rows follow ``pending``."""
-
-    jobs: FloatArray
-    messages: FloatArray
-    cluster: FloatArray
-    valid: BoolArray  # the job can start now (the placement agent found a node set)
-
-
-def masked_scores(raw: FloatArray, valid: BoolArray) -> FloatArray:
-    """Scores that rank every job that can start before every job that cannot, keeping the
-    network's order inside each group (Slurm still sees the masked jobs' order: the first of
-    them gets backfill's reservation)."""
-    if not len(raw):
-        return raw
-    shift = float(raw.max() - raw.min()) + 1.0
-    return np.where(valid, raw, raw - shift)
-
-
-class OrderingAgent:
-    """The learned :class:`~slurm_rl.policy.OrderingPolicy` (docs/ordering-agent.md)."""
-
-    def __init__(self, network: OrderingNetwork, builder: FeatureBuilder,
-                 messenger: Messenger, name: str = "rl",
-                 starvation_s: float | None = STARVATION_S) -> None:
-        self.network = network
-        self.builder = builder
-        self.messenger = messenger
-        self.name = name
-        self.starvation_s = starvation_s
-
-    def observe(self, snapshot: ClusterSnapshot) -> None:
-        self.builder.observe(snapshot)
-
-    def observation(self, snapshot: ClusterSnapshot) -> Observation:
-        encoded = self.builder.encode(snapshot)
-        messages, valid = self.messenger.messages(encoded)
-        return Observation(encoded.jobs, messages, encoded.cluster, valid)
-
-    def raw_scores(self, observation: Observation) -> FloatArray:
-        """The network's score per job (no mask)."""
-        with torch.no_grad():
-            scores = self.network(
-                torch.from_numpy(observation.jobs).float().unsqueeze(0),
-                torch.from_numpy(observation.messages).float().unsqueeze(0),
-                torch.from_numpy(observation.cluster).float().unsqueeze(0),
-                torch.ones(1, len(observation.jobs), dtype=torch.bool),
-            )[0]
-        out: FloatArray = scores.double().numpy()
-        return out
-
-    def score(self, snapshot: ClusterSnapshot) -> Scores:
-        if not snapshot.pending:
-            return np.zeros(0)
-        observation = self.observation(snapshot)
-        scores = masked_scores(self.raw_scores(observation), observation.valid)
-        waits = np.array([snapshot.time - job.submit_time for job in snapshot.pending])
-        return promote_starved(scores, waits, self.starvation_s)
-
-
-# ----- bundles ---------------------------------------------------------------------------
 
 
 def feature_schema() -> dict[str, Any]:
@@ -317,90 +223,3 @@ def _check_schema(path: Path, meta: Mapping[str, Any]) -> None:
             f"policy bundle {path}: its feature names differ from this slurm-rl's "
             f"(schema v{FEATURE_SCHEMA_VERSION}): retrain it with `slurm-rl train`"
         )
-
-
-# ----- schedulers from a bundle ------------------------------------------------------------
-
-
-def make_chooser(name: str, gpu_speed: Mapping[str, float], fee_weight: float,
-                 hyperparameters: Mapping[str, Any] | None = None) -> PlacementPolicy:
-    """The node-set chooser inside the placement agent (:data:`CHOOSERS`): the RWGP (starting
-    from a retrained bundle's refit hyperparameters when it has them), or best-fit."""
-    if name in ("rwgp", "rwgp-excluding"):
-        # A bundle is only ever run with the node sets it was trained to choose among.
-        ratio = PlacementConfig.exclusion_ratio if name == "rwgp-excluding" else 0.0
-        config = PlacementConfig(fee_weight=fee_weight, exclusion_ratio=ratio)
-        return RwgpPlacement(gpu_speed, config, hyperparameters=hyperparameters)
-    if name == "best-fit":
-        return BestFit()
-    raise BundleError(f"unknown node-set chooser {name!r}; known: {', '.join(CHOOSERS)}")
-
-
-def learned_placement(bundle: Bundle, gpu_speed: Mapping[str, float],
-                      builder: FeatureBuilder) -> LearnedPlacement:
-    chooser = make_chooser(bundle.chooser, gpu_speed, bundle.fee_weight, bundle.placement_gp)
-    return LearnedPlacement(bundle.network.placement, builder,
-                            CandidateGenerator(chooser, builder))
-
-
-def build_scheduler(
-    bundle: Bundle,
-    gpu_speed: Mapping[str, float],
-    *,
-    variant: Variant = "dual",
-    baseline_placement: PlacementPolicy | None = None,
-    baseline_ordering: OrderingPolicy | None = None,
-    max_ranked: int = 500,
-    threads: int | None = 1,
-) -> Scheduler:
-    """A scheduler from a bundle. ``ordering-only``: the learned ordering with a heuristic
-    placement (``baseline_placement``, default fastest-GPU first), whose own placement is its
-    message; ``placement-only``: a heuristic ordering (default QSSF) with the learned
-    placement; ``no-communication``: the dual agent with the message path cut."""
-    if threads:
-        torch.set_num_threads(threads)
-    builder = FeatureBuilder(gpu_speed)
-    if variant == "placement-only":
-        ordering = baseline_ordering or Qssf()
-        return Scheduler(ordering, learned_placement(bundle, gpu_speed, builder),
-                         max_ranked=max_ranked)
-    network = bundle.network
-    if variant == "no-communication" or not bundle.meta.get("communicate", True):
-        network = copy.deepcopy(network)
-        network.ordering.communicate = False
-    if variant == "ordering-only":
-        placement: PlacementPolicy = baseline_placement or FastestGpuFirst(gpu_speed)
-        messenger = Messenger(CandidateGenerator(placement, builder, per_type=False), None)
-    else:
-        chooser = make_chooser(bundle.chooser, gpu_speed, bundle.fee_weight, bundle.placement_gp)
-        learned = LearnedPlacement(network.placement, builder,
-                                   CandidateGenerator(chooser, builder))
-        placement, messenger = learned, learned.messenger
-    agent = OrderingAgent(network.ordering, builder, messenger, _agent_name(variant),
-                          bundle.starvation_s)
-    return Scheduler(agent, placement, max_ranked=max_ranked)
-
-
-def _agent_name(variant: Variant) -> str:
-    return "rl-nocomm" if variant == "no-communication" else "rl"
-
-
-def registry_scheduler(
-    name: str, gpu_speed: Mapping[str, float], *, seed: int = 0, bundle_path: Path | None = None
-) -> Scheduler:
-    """Learned names (:mod:`slurm_rl.agents.names`) with the shipped bundle: ``rl+rl`` (the
-    dual agent), ``rl-nocomm+rl``, ``rl+<placement>`` (learned ordering, heuristic placement)
-    and ``<ordering>+rl`` (heuristic ordering, learned placement)."""
-    policy = parse(name)
-    if not policy.learned:
-        raise UnknownNameError("learned policy", name, [naming_help()])
-    bundle = load_bundle(bundle_path or default_bundle_path())
-    ordering, placement = policy.ordering, policy.placement
-    if ordering.learned and placement.learned:
-        variant: Variant = "dual" if ordering.communicates else "no-communication"
-        return build_scheduler(bundle, gpu_speed, variant=variant)
-    if ordering.learned:
-        return build_scheduler(bundle, gpu_speed, variant="ordering-only",
-                               baseline_placement=placement.make(PlacementContext(gpu_speed, seed)))
-    return build_scheduler(bundle, gpu_speed, variant="placement-only",
-                           baseline_ordering=ordering.make())

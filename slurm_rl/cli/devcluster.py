@@ -16,11 +16,11 @@ from typing import TypeVar
 
 import click
 
-from slurm_rl.cli_options import FiniteFloat
+from slurm_rl.cli.options import FiniteFloat
+from slurm_rl.devcluster.cluster import DevCluster, DevClusterStatus
+from slurm_rl.devcluster.config import DEFAULT_BASE_PORT, DEFAULT_ROOT, DevClusterConfig
 from slurm_rl.errors import SlurmRLError
 from slurm_rl.slurm import deferral
-from slurm_rl.slurm.devcluster import DevCluster, DevClusterStatus
-from slurm_rl.slurm.devconf import DEFAULT_BASE_PORT, DEFAULT_ROOT, DevClusterConfig
 
 F = TypeVar("F", bound=Callable[..., object])
 

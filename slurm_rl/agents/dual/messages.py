@@ -25,9 +25,9 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from slurm_rl.agents.ordering.candidates import CANDIDATE_FEATURES, CandidateGenerator
-from slurm_rl.agents.ordering.features import Encoded, FloatArray
-from slurm_rl.agents.ordering.network import PlacementHead
+from slurm_rl.agents.dual.candidates import CANDIDATE_FEATURES, CandidateGenerator
+from slurm_rl.agents.dual.features import Encoded, FloatArray
+from slurm_rl.agents.dual.network import PlacementHead
 
 BoolArray = NDArray[np.bool_]
 

@@ -1,4 +1,6 @@
 """``slurm-rl retrain``: one retrain, for cron, a systemd timer, or ``sbatch --wrap``.
+``python -m slurm_rl.cli.retrain`` (what the daemon's scheduled job runs) is the same command,
+with errors as one line and exit code 2.
 
 Exit status: 0 when the run ended as planned (promoted, rejected by the gate, or skipped
 because the logs are not ready), 1 when it failed, 2 for bad arguments or config.
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from slurm_rl.cli_options import FiniteFloat
+from slurm_rl.cli.options import FiniteFloat
 from slurm_rl.config import DaemonConfig, store_command_config
 from slurm_rl.errors import InputError, SlurmRLError
 from slurm_rl.live_policy import make_policy
@@ -93,7 +95,7 @@ def retrain_command(config_path: Path | None, store_url: str | None, **options: 
 def check_usable(settings: RetrainSettings) -> None:
     """The policy and the bundles build before the store is read: a bad argument is one
     line and exit 2, not hidden behind "retrain skipped" while the logs are thin."""
-    from slurm_rl.agents.ordering.agent import BundleError, load_bundle  # lazy: torch
+    from slurm_rl.agents.dual.bundle import BundleError, load_bundle  # lazy: torch
 
     try:
         make_policy(settings.policy, bundle=settings.policy_bundle)
@@ -143,3 +145,19 @@ def settings_from(config: DaemonConfig, options: dict[str, object]) -> RetrainSe
         cache_dir=pick("cache_dir", config.models_cache),  # type: ignore[arg-type]
         promote=not options.get("no_promote"),
     )
+
+
+def main() -> None:
+    """``python -m slurm_rl.cli.retrain``: :data:`retrain_command`, errors as one line."""
+    try:
+        retrain_command.main(standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2)
+    except SlurmRLError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -22,15 +22,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurm_rl.paths import REPO_DIR
-from slurm_rl.slurm import deferral
-from slurm_rl.slurm.devconf import (
+from slurm_rl.devcluster.config import (
     DevClusterConfig,
     DevNode,
     render_gres_conf,
     render_slurm_conf,
     render_slurmdbd_conf,
 )
+from slurm_rl.paths import REPO_DIR
+from slurm_rl.slurm import deferral
 from slurm_rl.slurm.errors import DevClusterError, SlurmError
 from slurm_rl.slurm.proc import CommandResult, run_command
 

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from slurm_rl.agents.ordering.candidates import CandidateGenerator, CandidateSet
-from slurm_rl.agents.ordering.features import FeatureBuilder, FloatArray
-from slurm_rl.agents.ordering.messages import Messenger
-from slurm_rl.agents.ordering.network import PlacementHead
+from slurm_rl.agents.dual.candidates import CandidateGenerator, CandidateSet
+from slurm_rl.agents.dual.features import FeatureBuilder, FloatArray
+from slurm_rl.agents.dual.messages import Messenger
+from slurm_rl.agents.dual.network import PlacementHead
 from slurm_rl.core import ClusterSnapshot, Job, JobId, Placement
 from slurm_rl.policy import ExcludingPlacement, MigratingPlacement
 

@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from slurm_rl import __version__
 from slurm_rl.agents.names import names_help
-from slurm_rl.cli_options import (
+from slurm_rl.cli.options import (
     FiniteFloat,
     WritableDir,
     checkpoint_options,
@@ -29,20 +29,20 @@ console = Console(width=max(132, Console().width))
 err_console = Console(stderr=True)
 
 
-# Subcommands that live with their subsystem, imported only when used: torch and friends
+# Subcommands in their own modules beside this one, imported only when used: torch and friends
 # cost seconds to import, and `slurm-rl simulate` should not pay for them.
 LAZY_COMMANDS = {
-    "daemon": "slurm_rl.daemon.cli:daemon_command",
-    "devcluster": "slurm_rl.slurm.cli:devcluster_group",
-    "evaluate": "slurm_rl.training.cli:evaluate_command",
-    "export": "slurm_rl.export:export_command",
-    "models": "slurm_rl.models_command:models_group",
-    "retrain": "slurm_rl.retrain.cli:retrain_command",
+    "daemon": "slurm_rl.cli.daemon:daemon_command",
+    "devcluster": "slurm_rl.cli.devcluster:devcluster_group",
+    "evaluate": "slurm_rl.cli.train:evaluate_command",
+    "export": "slurm_rl.cli.export:export_command",
+    "models": "slurm_rl.cli.models:models_group",
+    "retrain": "slurm_rl.cli.retrain:retrain_command",
     "explain": "slurm_rl.ops.explain:explain_command",
     "revert": "slurm_rl.ops.revert:revert_command",
     "selftest": "slurm_rl.ops.selftest:selftest_command",
     "show-conf": "slurm_rl.ops.showconf:show_conf_command",
-    "train": "slurm_rl.training.cli:train_command",
+    "train": "slurm_rl.cli.train:train_command",
 }
 
 
@@ -119,7 +119,7 @@ def main() -> None:
 def simulate(**options: Any) -> None:
     """Replay a trace on a simulated cluster with several policies and compare them."""
     # lazy: the simulator and matplotlib (reports), which the other subcommands do not need
-    from slurm_rl.simulate_command import run_simulate
+    from slurm_rl.cli.simulate import run_simulate
 
     run_simulate(console, **options)
 

@@ -1,6 +1,6 @@
 """``slurm-rl daemon``: run the scheduling daemon beside slurmctld.
 
-Exported as :data:`daemon_command`; the main CLI registers it. ``python -m slurm_rl.daemon``
+Exported as :data:`daemon_command`; the main CLI registers it. ``python -m slurm_rl.cli.daemon``
 runs the same command. Errors reach the user as one line, never a traceback.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from slurm_rl.agents.names import naming_help
-from slurm_rl.cli_options import FiniteFloat
+from slurm_rl.cli.options import FiniteFloat
 from slurm_rl.config import DaemonConfig, config_path, load_config
 from slurm_rl.daemon.runner import Daemon
 from slurm_rl.errors import SlurmRLError
@@ -98,3 +98,7 @@ def daemon_command(
         sys.exit(daemon.run())
     except SlurmRLError as exc:  # a Slurm release it cannot read: one line, no traceback
         raise click.ClickException(str(exc)) from exc
+
+
+if __name__ == "__main__":
+    daemon_command(prog_name="slurm-rl daemon")

@@ -1,6 +1,6 @@
 r"""Placement candidates: one node set per GPU type, proposed by a node-set chooser.
 
-The learned placement head (:class:`~slurm_rl.agents.ordering.agent.LearnedPlacement`) does not
+The learned placement head (:class:`~slurm_rl.agents.dual.agent.LearnedPlacement`) does not
 pick machines itself: a *chooser* (the RWGP placement agent, or a heuristic) proposes the best
 node set inside each GPU type that has room — the chooser sees only that type's free GPUs — and
 the head picks among those few candidates. Which *type* a job gets (fast and dear, or slow and
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slurm_rl.agents.ordering.features import FeatureBuilder, FloatArray, IntArray
+from slurm_rl.agents.dual.features import FeatureBuilder, FloatArray, IntArray
 from slurm_rl.agents.rwgp.placement import CandidateFeatures, RwgpPlacement
 from slurm_rl.core import Cluster, ClusterSnapshot, Job, Placement
 from slurm_rl.policy import PlacementPolicy
