@@ -5,7 +5,7 @@ On a private dev cluster under ``sched/backfill`` with no daemon, job A (8 GPUs,
 to a100-01) sleeps each given time and job B is pinned behind it; slurmctld's own log
 (millisecond timestamps) says when A ended and when, and by which scheduler, B started.
 
-    python benchmarks/end_lag_probe.py 3 3.5 5     # one A/B pair per sleep, in seconds
+    python scripts/end_lag_probe.py 3 3.5 5     # one A/B pair per sleep, in seconds
 
 Needs root and Slurm (scripts/install-slurm.sh); about 15 s a pair.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slurm_rl.slurm.devcluster import DevCluster  # noqa: E402
+from slurm_rl.devcluster.cluster import DevCluster  # noqa: E402
 from tests.slurm.replay import PARTITION, replay_cluster  # noqa: E402
 
 NODE = "a100-01"
