@@ -15,15 +15,10 @@ from click.testing import CliRunner
 from slurm_rl.cli.train import evaluate_command
 from slurm_rl.core import Job
 from slurm_rl.errors import InputError
+from slurm_rl.offered_load import node_groups, offered_load, scale_cluster, scaled_counts
 from slurm_rl.paths import default_bundle_path
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
-from slurm_rl.training.sweep import (
-    node_groups,
-    offered_load,
-    parse_loads,
-    scale_cluster,
-    scaled_counts,
-)
+from slurm_rl.training.sweep import parse_loads
 from slurm_rl.training.sweep_plots import FILES
 from slurm_rl.training.sweep_report import interval
 

@@ -97,6 +97,10 @@ def main() -> None:
                    "all baselines.")
 @click.option("--mode", type=click.Choice(["direct", "slurm"]), default="slurm",
               show_default=True, help="direct: the policy starts jobs; slurm: only Slurm's levers.")
+@click.option("--load", "offered_load", default=None, type=FiniteFloat(min=0.05, max=5.0),
+              help="Scale the cluster's node groups (GPU-type mix kept) so that the replayed "
+                   "jobs offer this load: GPU-time demand over capacity, in reference-GPU "
+                   "units (docs/sweep.md) [default: the cluster as its spec has it].")
 @click.option("--cycle", "cycle_s", default=10.0, show_default=True,
               type=FiniteFloat(min=0.0), help="Seconds between decisions.")
 @click.option("--no-fluctuation", is_flag=True, help="Machines keep their nominal speed.")
@@ -122,7 +126,6 @@ def simulate(**options: Any) -> None:
     from slurm_rl.cli.simulate import run_simulate
 
     run_simulate(console, **options)
-
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from slurm_rl.agents.registry import baseline_names, is_learned, make_scheduler, takes_fee_weight
 from slurm_rl.errors import InputError
 from slurm_rl.fairness import RankingRules
+from slurm_rl.offered_load import load_points
 from slurm_rl.replicas import print_means, replicas_json, write_reports
 from slurm_rl.report import as_json, print_table, write_report
 from slurm_rl.scenario import ReplayResult, Scenario, gpu_speed_table, replay
@@ -119,6 +120,8 @@ def run_simulate(console: Console, **options: Any) -> list[ReplayResult]:
     if replicas > MAX_REPLICAS:
         raise InputError(f"--replicas must be at most {MAX_REPLICAS}, got {replicas}")
     scenario = build_scenario(options)
+    if options.get("offered_load") is not None:
+        scenario = _at_load(console, scenario, options["offered_load"], options["as_json"])
     names = policy_names(options["policies"])
     speeds = gpu_speed_table()
     fee_weight: float | None = options.get("fee_weight")
@@ -136,6 +139,21 @@ def run_simulate(console: Console, **options: Any) -> list[ReplayResult]:
     results = replay_all(scenario, runs, options["workers"], quiet=options["as_json"])
     _emit(console, results, scenario, options)
     return results
+
+
+def _at_load(console: Console, scenario: Scenario, load: float, quiet: bool) -> Scenario:
+    """``--load``: the scenario on its cluster scaled to offer ``load`` (the load sweep's
+    scaling, :func:`~slurm_rl.offered_load.load_points`), said in one line."""
+    point = load_points(scenario, [load])[0]
+    if not quiet:
+        counts = ", ".join(f"{prefix} {n}" for prefix, n in point.node_counts.items())
+        console.print(f"offered load {point.achieved:.2f} (asked {load:g}; the spec's cluster: "
+                      f"{point.achieved / point.factor:.2f}): {len(point.scenario.cluster.nodes)} "
+                      f"nodes ({counts})", highlight=False)
+    if point.unschedulable_jobs > scenario.runnable_jobs()[1]:
+        raise InputError(f"--load {load:g}: the scaled cluster cannot fit "
+                         f"{point.unschedulable_jobs} of the jobs; ask a lower load")
+    return point.scenario
 
 
 def _simulate_replicas(console: Console, scenario: Scenario, runs: list[PolicyRun],

@@ -22,7 +22,8 @@ from scipy import stats
 
 from slurm_rl.agents.names import ordering_of, realisable_orderings, reference_orderings
 from slurm_rl.core import Cluster
-from slurm_rl.training.sweep import RunFigures, SweepRuns, node_groups
+from slurm_rl.offered_load import node_groups
+from slurm_rl.training.sweep import RunFigures, SweepRuns
 
 #: (field of RunFigures, what the reports call it)
 METRICS: tuple[tuple[str, str], ...] = (
@@ -150,7 +151,7 @@ def sweep_payload(runs: SweepRuns, original_nodes: Mapping[str, int]) -> dict[st
             "fluctuation_seeds": [scenario.spec.fluctuation.seed + k
                                   for k in range(runs.replicas)],
             "load": "offered load = GPU-time demand / (capacity in reference-GPU equivalents "
-                    "x span of submissions); slurm_rl.training.sweep.offered_load",
+                    "x span of submissions); slurm_rl.offered_load.offered_load",
             "scaling": "node groups scaled by one factor, GPU-type mix kept; each count the "
                        "floor or ceiling of its exact share, whichever brings the capacity "
                        "nearest the target (largest remainder first), never below 1",

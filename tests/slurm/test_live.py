@@ -180,10 +180,11 @@ def test_enforce_extends_the_deferral_of_held_jobs(live: LiveCluster) -> None:
 def test_an_update_for_a_vanished_job_is_recorded(live: LiveCluster) -> None:
     job_id = live.sbatch("bob", "--gres=gpu:v100:1", "-t", "10")
     source = SlurmSource(live.client)
-    source.snapshot()
+    decided_on = source.observe().context  # the state the decision is made on: job pending
     live.run("scancel", job_id)
     live.wait_state(job_id, "CANCELLED", timeout_s=SCHED_SLACK_S)
-    report = _actuator(live, source, Mode.ENFORCE).apply(Decision("test", (job_id,)))
+    report = _actuator(live, source, Mode.ENFORCE).apply(Decision("test", (job_id,)),
+                                                         decided_on)
     outcome = report.outcomes[0]
     assert (outcome.sent, outcome.ok, outcome.error_kind) == (True, False, "vanished")
     assert outcome.returncode not in (None, 0) and outcome.argv[:2] == ("scontrol", "update")
