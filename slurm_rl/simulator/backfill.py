@@ -32,29 +32,49 @@ OVERDUE_S = 1.0
 
 class FreeMap:
     """Free GPUs per node from ``now`` on: a step function over time. ``rows[k]`` holds
-    the free GPUs of every node from ``times[k]`` until ``times[k + 1]``."""
+    the free GPUs of every node from ``times[k]`` until ``times[k + 1]``. The rows live in a
+    buffer with room to spare, so that splitting a row (each booking may) shifts the rows
+    below in place instead of reallocating the whole map."""
 
     def __init__(self, now: float, free: Sequence[int],
                  releases: Sequence[tuple[float, Sequence[int], Sequence[int]]]) -> None:
         """``releases``: (when, node indices, GPUs) of each running job's limit end. A job
         past its limit (the simulator does not kill it there) is planned to end a second
         from now: its GPUs are not free now."""
-        self.times = [now]
-        self.rows = np.array([free], dtype=np.int64)
-        for when, nodes, gpus in sorted(releases, key=lambda r: r[0]):
-            if not math.isfinite(when):
-                break
-            row = self._row_at(when if when > now else now + OVERDUE_S)
-            for node, count in zip(nodes, gpus, strict=True):
-                self.rows[row:, node] += count
+        ends = [(when if when > now else now + OVERDUE_S, nodes, gpus)
+                for when, nodes, gpus in releases if math.isfinite(when)]
+        later = sorted({when for when, _, _ in ends})
+        self.times = [now, *later]
+        row_of = {when: k for k, when in enumerate(self.times)}
+        steps = np.zeros((len(self.times), len(free)), dtype=np.int64)
+        steps[0] = free
+        rows, nodes_hit, counts = [], [], []
+        for when, nodes, gpus in ends:
+            rows.extend([row_of[when]] * len(nodes))
+            nodes_hit.extend(nodes)
+            counts.extend(gpus)
+        np.add.at(steps, (rows, nodes_hit), counts)
+        # a release frees its GPUs from its row on: every row is the running sum of steps
+        self._buffer = np.empty((2 * len(self.times) + 16, len(free)), dtype=np.int64)
+        np.cumsum(steps, axis=0, out=self._buffer[:len(self.times)])
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self._buffer[:len(self.times)]
 
     def _row_at(self, when: float) -> int:
         """The row that starts at ``when``, split off the one containing it if need be."""
         k = bisect.bisect_right(self.times, when) - 1
         if self.times[k] == when:
             return k
+        used = len(self.times)
+        if used == len(self._buffer):
+            grown = np.empty((2 * used, self._buffer.shape[1]), dtype=np.int64)
+            grown[:used] = self._buffer
+            self._buffer = grown
+        self._buffer[k + 2:used + 1] = self._buffer[k + 1:used]  # numpy copies overlaps safely
+        self._buffer[k + 1] = self._buffer[k]
         self.times.insert(k + 1, when)
-        self.rows = np.insert(self.rows, k + 1, self.rows[k], axis=0)
         return k + 1
 
     def available(self, k: int, limit: float) -> list[int]:
