@@ -23,7 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
-from slurm_rl.agents.nodesets import place_in_order
+from slurm_rl.agents.nodesets import fixed_shape, place_in_order
 from slurm_rl.core import Cluster, Job, Placement
 
 NO_LIMIT = math.inf
@@ -48,7 +48,9 @@ class FreeMap:
         row_of = {when: k for k, when in enumerate(self.times)}
         steps = np.zeros((len(self.times), len(free)), dtype=np.int64)
         steps[0] = free
-        rows, nodes_hit, counts = [], [], []
+        rows: list[int] = []
+        nodes_hit: list[int] = []
+        counts: list[int] = []
         for when, nodes, gpus in ends:
             rows.extend([row_of[when]] * len(nodes))
             nodes_hit.extend(nodes)
@@ -98,25 +100,105 @@ def job_limit(job: Job) -> float:
 def earliest(job: Job, pin: Placement | None, order: Sequence[int], free: FreeMap,
              cluster: Cluster, from_row: int = 0) -> tuple[int, Placement] | None:
     """The first row (from ``from_row``) at which the job fits for its whole limit, and
-    where: on its pin, or Slurm's first fit over ``order``; None if it never does."""
-    limit = job_limit(job)
-    nodes = [cluster.index(n) for n in pin.nodes] if pin is not None else list(order)
+    where: on its pin, or Slurm's first fit over ``order``; None if it never does.
+
+    What a row's window holds (the least free GPUs from the row on for the job's limit)
+    is found with numpy on the job's candidate nodes (its pin, or ``order`` less the nodes
+    of other GPU types), for rows in chunks of growing size (most jobs fit within the
+    first few candidate rows); a row is placed in Python only once its window passes the
+    necessary conditions (enough GPUs; for a fixed shape, nodes with room for the shares)."""
+    nodes = [cluster.index(n) for n in pin.nodes] if pin is not None else \
+        _of_type(job, cluster, order)
+    held = free.rows[:, nodes]
     # what a row holds bounds what its window holds: skip rows too full to be candidates
-    totals = free.rows[:, nodes].sum(axis=1) if nodes else np.zeros(len(free.times))
-    for k in range(from_row, len(free.times)):
-        if totals[k] < job.num_gpus:
-            continue
-        avail = free.available(k, limit)
+    rows = from_row + np.flatnonzero(held[from_row:].sum(axis=1) >= job.num_gpus)
+    limit = job_limit(job)
+    times = np.asarray(free.times)
+    ends = np.maximum(np.searchsorted(times, times[rows] + limit, side="left"), rows + 1)
+    first, size = 0, 8
+    while first < len(rows):
+        starts, stops = rows[first:first + size], ends[first:first + size]
+        low = int(starts[0])
+        windows = _window_minima(held[low:int(stops.max())], starts - low, stops - low)
         if pin is not None:
-            if all(avail[i] >= g for i, g in zip(nodes, pin.gpus, strict=True)):
-                return k, pin
-            continue
-        if sum(avail[i] for i in order) < job.num_gpus:
-            continue
-        placement = place_in_order(job, cluster, avail, order)
-        if placement is not None:
-            return k, placement
+            fits = (windows >= np.asarray(pin.gpus, dtype=np.int64)).all(axis=1)
+            if fits.any():
+                return int(starts[np.argmax(fits)]), pin
+        else:
+            fits = (windows.sum(axis=1) >= job.num_gpus) & _room_for_shares(job, windows)
+            for k in starts[fits].tolist():
+                placement = place_in_order(job, cluster, free.available(k, limit), order)
+                if placement is not None:
+                    return k, placement
+        first, size = first + size, size * 4
     return None
+
+
+def _window_minima(held: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per window ``[starts[i], ends[i])`` of rows, the column-wise minimum. ``starts`` and
+    ``ends`` are non-decreasing (a job's windows, row after row)."""
+    last_start, first_end = int(starts[-1]), int(ends[0])
+    if last_start >= first_end:
+        return _sparse_minima(held, starts, ends)
+    # every window holds [last_start, first_end): its minimum once, then each window's own
+    # head (from its start to last_start) and tail (from first_end to its end) from running
+    # minima, reading each row once
+    windows = np.repeat(held[last_start:first_end].min(axis=0)[None, :], len(starts), axis=0)
+    early = starts < last_start
+    if early.any():
+        first = int(starts[0])
+        heads = np.minimum.accumulate(held[first:last_start][::-1], axis=0)[::-1]
+        windows[early] = np.minimum(windows[early], heads[starts[early] - first])
+    late = ends > first_end
+    if late.any():
+        tails = np.minimum.accumulate(held[first_end:int(ends[-1])], axis=0)
+        windows[late] = np.minimum(windows[late], tails[ends[late] - first_end - 1])
+    return windows
+
+
+def _sparse_minima(held: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per window ``[starts[i], ends[i])`` of rows, the column-wise minimum (a sparse table:
+    level j holds the minimum of 2**j rows from each row on, and two overlapping blocks
+    of one level cover any window)."""
+    lengths = ends - starts
+    level_of = np.floor(np.log2(lengths)).astype(np.int64)
+    # floor(log2) in floats can be off by one at powers of two: set it right exactly
+    level_of += (np.left_shift(1, level_of + 1) <= lengths).astype(np.int64)
+    level_of -= (np.left_shift(1, level_of) > lengths).astype(np.int64)
+    windows = np.empty((len(starts), held.shape[1]), dtype=held.dtype)
+    table = held
+    for level in range(int(level_of.max()) + 1):
+        if level > 0:
+            half = 1 << (level - 1)
+            table = np.minimum(table[:-half], table[half:])
+        at = np.flatnonzero(level_of == level)
+        if len(at):
+            left, right = starts[at], ends[at] - (1 << level)
+            windows[at] = np.minimum(table[left], table[right])
+    return windows
+
+
+def _of_type(job: Job, cluster: Cluster, order: Sequence[int]) -> list[int]:
+    """The nodes of ``order`` that place_in_order may use for the job (its GPU type's)."""
+    if not job.gpu_type:
+        return list(order)
+    of_type = cluster.nodes_of_type(job.gpu_type)
+    return [i for i in order if i in of_type]
+
+
+def _room_for_shares(job: Job, windows: np.ndarray) -> np.ndarray:
+    """Per window, whether it passes what a fixed shape needs: a node with room for the
+    largest share, and as many nodes as shares with room for the smallest (the greedy of
+    nodesets._fixed_shape). A free shape needs only enough GPUs in all."""
+    if job.gpus_per_node is None and job.num_nodes is None:
+        return np.ones(len(windows), dtype=bool)
+    shares = fixed_shape(job)
+    if windows.shape[1] == 0:
+        return np.zeros(len(windows), dtype=bool)
+    largest: np.ndarray = windows.max(axis=1) >= max(shares[0], 1)
+    enough: np.ndarray = (windows >= max(shares[-1], 1)).sum(axis=1) >= len(shares)
+    both: np.ndarray = largest & enough
+    return both
 
 
 class Queued(Protocol):
