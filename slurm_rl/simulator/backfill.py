@@ -59,10 +59,18 @@ class FreeMap:
         # a release frees its GPUs from its row on: every row is the running sum of steps
         self._buffer = np.empty((2 * len(self.times) + 16, len(free)), dtype=np.int64)
         np.cumsum(steps, axis=0, out=self._buffer[:len(self.times)])
+        self._times_array: np.ndarray | None = None
 
     @property
     def rows(self) -> np.ndarray:
         return self._buffer[:len(self.times)]
+
+    @property
+    def times_array(self) -> np.ndarray:
+        """``times`` as an array (kept until a row is split)."""
+        if self._times_array is None or len(self._times_array) != len(self.times):
+            self._times_array = np.asarray(self.times)
+        return self._times_array
 
     def _row_at(self, when: float) -> int:
         """The row that starts at ``when``, split off the one containing it if need be."""
@@ -107,13 +115,15 @@ def earliest(job: Job, pin: Placement | None, order: Sequence[int], free: FreeMa
     of other GPU types), for rows in chunks of growing size (most jobs fit within the
     first few candidate rows); a row is placed in Python only once its window passes the
     necessary conditions (enough GPUs; for a fixed shape, nodes with room for the shares)."""
-    nodes = [cluster.index(n) for n in pin.nodes] if pin is not None else \
-        _of_type(job, cluster, order)
-    held = free.rows[:, nodes]
+    held = free.rows
+    if pin is not None:
+        held = held[:, [cluster.index(n) for n in pin.nodes]]
+    elif job.gpu_type or len(order) < held.shape[1]:  # (else every node: no copy)
+        held = held[:, _of_type(job, cluster, order)]
     # what a row holds bounds what its window holds: skip rows too full to be candidates
     rows = from_row + np.flatnonzero(held[from_row:].sum(axis=1) >= job.num_gpus)
     limit = job_limit(job)
-    times = np.asarray(free.times)
+    times = free.times_array
     ends = np.maximum(np.searchsorted(times, times[rows] + limit, side="left"), rows + 1)
     first, size = 0, 8
     while first < len(rows):
