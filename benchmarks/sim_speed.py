@@ -89,6 +89,9 @@ def main() -> None:
         same = "identical" if leg.schedule == current.schedule else "DIFFERENT"
         print(f"this tree vs {leg.name}: {leg.cpu_s / current.cpu_s:.2f}x CPU, "
               f"{leg.wall_s / current.wall_s:.2f}x wall; schedules {same}")
+    print("(280e590's Slurm emulation is older (EASY backfill, other priorities): its schedules "
+          "may differ by semantics; the identity check is against the speed work's branch "
+          "point e8c15a5)")
 
 
 def _parse() -> argparse.Namespace:
