@@ -215,12 +215,16 @@ class StartedWaits:
 
     def observe(self, snapshot: ClusterSnapshot) -> None:
         """Note the starts ``snapshot`` shows and forget those older than the window. A job
-        seen again keeps its latest start (a requeued job waited again)."""
-        for run in snapshot.running:
-            self._note(run.job, run.start_time)
-        for done in snapshot.finished:
-            self._note(done.job, done.start_time)
+        seen again keeps its latest start (a requeued job waited again). A start before the
+        window is not noted: it would be forgotten at once (and a job's starts only grow,
+        so an older one it replaced would be too): most running jobs cost one comparison."""
         since = snapshot.time - self.window_s
+        for run in snapshot.running:
+            if run.start_time >= since:
+                self._note(run.job, run.start_time)
+        for done in snapshot.finished:
+            if done.start_time >= since:
+                self._note(done.job, done.start_time)
         for job_id in [j for j, (_, start, _) in self._started.items() if start < since]:
             del self._started[job_id]
 

@@ -28,6 +28,9 @@ TINY: dict[str, tuple[tuple[str, ...], str]] = {
                        "identical node sets"),
     "replay_philly.py": (("--trace", "synthetic", "--cluster", "tiny", "--days", "0.2"),
                          "avg JCT"),
+    # the old-commit leg is skipped, and says so, where the clone lacks that commit
+    "sim_speed.py": (("--trace", "synthetic", "--cluster", "tiny", "--days", "0.1",
+                      "--commits", "e8c15a5,0000000"), "0000000: not in this clone's history"),
     "rwgp_cycle.py": (("--machines", "20", "--pending", "10", "--finished", "2",
                        "--warmup-hours", "1", "--repeat", "1"), ""),
     "rwgp_moves.py": (("--machines", "20", "--running", "20", "--repeat", "1"), ""),

@@ -23,7 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
-from slurm_rl.agents.nodesets import place_in_order
+from slurm_rl.agents.nodesets import fixed_shape, place_in_order
 from slurm_rl.core import Cluster, Job, Placement
 
 NO_LIMIT = math.inf
@@ -32,29 +32,59 @@ OVERDUE_S = 1.0
 
 class FreeMap:
     """Free GPUs per node from ``now`` on: a step function over time. ``rows[k]`` holds
-    the free GPUs of every node from ``times[k]`` until ``times[k + 1]``."""
+    the free GPUs of every node from ``times[k]`` until ``times[k + 1]``. The rows live in a
+    buffer with room to spare, so that splitting a row (each booking may) shifts the rows
+    below in place instead of reallocating the whole map."""
 
     def __init__(self, now: float, free: Sequence[int],
                  releases: Sequence[tuple[float, Sequence[int], Sequence[int]]]) -> None:
         """``releases``: (when, node indices, GPUs) of each running job's limit end. A job
         past its limit (the simulator does not kill it there) is planned to end a second
         from now: its GPUs are not free now."""
-        self.times = [now]
-        self.rows = np.array([free], dtype=np.int64)
-        for when, nodes, gpus in sorted(releases, key=lambda r: r[0]):
-            if not math.isfinite(when):
-                break
-            row = self._row_at(when if when > now else now + OVERDUE_S)
-            for node, count in zip(nodes, gpus, strict=True):
-                self.rows[row:, node] += count
+        ends = [(when if when > now else now + OVERDUE_S, nodes, gpus)
+                for when, nodes, gpus in releases if math.isfinite(when)]
+        later = sorted({when for when, _, _ in ends})
+        self.times = [now, *later]
+        row_of = {when: k for k, when in enumerate(self.times)}
+        steps = np.zeros((len(self.times), len(free)), dtype=np.int64)
+        steps[0] = free
+        rows: list[int] = []
+        nodes_hit: list[int] = []
+        counts: list[int] = []
+        for when, nodes, gpus in ends:
+            rows.extend([row_of[when]] * len(nodes))
+            nodes_hit.extend(nodes)
+            counts.extend(gpus)
+        np.add.at(steps, (rows, nodes_hit), counts)
+        # a release frees its GPUs from its row on: every row is the running sum of steps
+        self._buffer = np.empty((2 * len(self.times) + 16, len(free)), dtype=np.int64)
+        np.cumsum(steps, axis=0, out=self._buffer[:len(self.times)])
+        self._times_array: np.ndarray | None = None
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self._buffer[:len(self.times)]
+
+    @property
+    def times_array(self) -> np.ndarray:
+        """``times`` as an array (kept until a row is split)."""
+        if self._times_array is None or len(self._times_array) != len(self.times):
+            self._times_array = np.asarray(self.times)
+        return self._times_array
 
     def _row_at(self, when: float) -> int:
         """The row that starts at ``when``, split off the one containing it if need be."""
         k = bisect.bisect_right(self.times, when) - 1
         if self.times[k] == when:
             return k
+        used = len(self.times)
+        if used == len(self._buffer):
+            grown = np.empty((2 * used, self._buffer.shape[1]), dtype=np.int64)
+            grown[:used] = self._buffer
+            self._buffer = grown
+        self._buffer[k + 2:used + 1] = self._buffer[k + 1:used]  # numpy copies overlaps safely
+        self._buffer[k + 1] = self._buffer[k]
         self.times.insert(k + 1, when)
-        self.rows = np.insert(self.rows, k + 1, self.rows[k], axis=0)
         return k + 1
 
     def available(self, k: int, limit: float) -> list[int]:
@@ -78,25 +108,107 @@ def job_limit(job: Job) -> float:
 def earliest(job: Job, pin: Placement | None, order: Sequence[int], free: FreeMap,
              cluster: Cluster, from_row: int = 0) -> tuple[int, Placement] | None:
     """The first row (from ``from_row``) at which the job fits for its whole limit, and
-    where: on its pin, or Slurm's first fit over ``order``; None if it never does."""
-    limit = job_limit(job)
-    nodes = [cluster.index(n) for n in pin.nodes] if pin is not None else list(order)
+    where: on its pin, or Slurm's first fit over ``order``; None if it never does.
+
+    What a row's window holds (the least free GPUs from the row on for the job's limit)
+    is found with numpy on the job's candidate nodes (its pin, or ``order`` less the nodes
+    of other GPU types), for rows in chunks of growing size (most jobs fit within the
+    first few candidate rows); a row is placed in Python only once its window passes the
+    necessary conditions (enough GPUs; for a fixed shape, nodes with room for the shares)."""
+    held = free.rows
+    if pin is not None:
+        held = held[:, [cluster.index(n) for n in pin.nodes]]
+    elif job.gpu_type or len(order) < held.shape[1]:  # (else every node: no copy)
+        held = held[:, _of_type(job, cluster, order)]
     # what a row holds bounds what its window holds: skip rows too full to be candidates
-    totals = free.rows[:, nodes].sum(axis=1) if nodes else np.zeros(len(free.times))
-    for k in range(from_row, len(free.times)):
-        if totals[k] < job.num_gpus:
-            continue
-        avail = free.available(k, limit)
+    rows = from_row + np.flatnonzero(held[from_row:].sum(axis=1) >= job.num_gpus)
+    limit = job_limit(job)
+    times = free.times_array
+    ends = np.maximum(np.searchsorted(times, times[rows] + limit, side="left"), rows + 1)
+    first, size = 0, 8
+    while first < len(rows):
+        starts, stops = rows[first:first + size], ends[first:first + size]
+        low = int(starts[0])
+        windows = _window_minima(held[low:int(stops.max())], starts - low, stops - low)
         if pin is not None:
-            if all(avail[i] >= g for i, g in zip(nodes, pin.gpus, strict=True)):
-                return k, pin
-            continue
-        if sum(avail[i] for i in order) < job.num_gpus:
-            continue
-        placement = place_in_order(job, cluster, avail, order)
-        if placement is not None:
-            return k, placement
+            fits = (windows >= np.asarray(pin.gpus, dtype=np.int64)).all(axis=1)
+            if fits.any():
+                return int(starts[np.argmax(fits)]), pin
+        else:
+            fits = (windows.sum(axis=1) >= job.num_gpus) & _room_for_shares(job, windows)
+            for k in starts[fits].tolist():
+                placement = place_in_order(job, cluster, free.available(k, limit), order)
+                if placement is not None:
+                    return k, placement
+        first, size = first + size, size * 4
     return None
+
+
+def _window_minima(held: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per window ``[starts[i], ends[i])`` of rows, the column-wise minimum. ``starts`` and
+    ``ends`` are non-decreasing (a job's windows, row after row)."""
+    last_start, first_end = int(starts[-1]), int(ends[0])
+    if last_start >= first_end:
+        return _sparse_minima(held, starts, ends)
+    # every window holds [last_start, first_end): its minimum once, then each window's own
+    # head (from its start to last_start) and tail (from first_end to its end) from running
+    # minima, reading each row once
+    windows = np.repeat(held[last_start:first_end].min(axis=0)[None, :], len(starts), axis=0)
+    early = starts < last_start
+    if early.any():
+        first = int(starts[0])
+        heads = np.minimum.accumulate(held[first:last_start][::-1], axis=0)[::-1]
+        windows[early] = np.minimum(windows[early], heads[starts[early] - first])
+    late = ends > first_end
+    if late.any():
+        tails = np.minimum.accumulate(held[first_end:int(ends[-1])], axis=0)
+        windows[late] = np.minimum(windows[late], tails[ends[late] - first_end - 1])
+    return windows
+
+
+def _sparse_minima(held: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per window ``[starts[i], ends[i])`` of rows, the column-wise minimum (a sparse table:
+    level j holds the minimum of 2**j rows from each row on, and two overlapping blocks
+    of one level cover any window)."""
+    lengths = ends - starts
+    level_of = np.floor(np.log2(lengths)).astype(np.int64)
+    # floor(log2) in floats can be off by one at powers of two: set it right exactly
+    level_of += (np.left_shift(1, level_of + 1) <= lengths).astype(np.int64)
+    level_of -= (np.left_shift(1, level_of) > lengths).astype(np.int64)
+    windows = np.empty((len(starts), held.shape[1]), dtype=held.dtype)
+    table = held
+    for level in range(int(level_of.max()) + 1):
+        if level > 0:
+            half = 1 << (level - 1)
+            table = np.minimum(table[:-half], table[half:])
+        at = np.flatnonzero(level_of == level)
+        if len(at):
+            left, right = starts[at], ends[at] - (1 << level)
+            windows[at] = np.minimum(table[left], table[right])
+    return windows
+
+
+def _of_type(job: Job, cluster: Cluster, order: Sequence[int]) -> list[int]:
+    """The nodes of ``order`` that place_in_order may use for the job (its GPU type's)."""
+    if not job.gpu_type:
+        return list(order)
+    of_type = cluster.nodes_of_type(job.gpu_type)
+    return [i for i in order if i in of_type]
+
+
+def _room_for_shares(job: Job, windows: np.ndarray) -> np.ndarray:
+    """Per window, whether it passes what a fixed shape needs: a node with room for the
+    largest share, and as many nodes as shares with room for the smallest (the greedy of
+    nodesets._fixed_shape). A free shape needs only enough GPUs in all."""
+    if job.gpus_per_node is None and job.num_nodes is None:
+        return np.ones(len(windows), dtype=bool)
+    shares = fixed_shape(job)
+    if windows.shape[1] == 0:
+        return np.zeros(len(windows), dtype=bool)
+    largest: np.ndarray = windows.max(axis=1) >= max(shares[0], 1)
+    enough: np.ndarray = (windows >= max(shares[-1], 1)).sum(axis=1) >= len(shares)
+    both: np.ndarray = largest & enough
+    return both
 
 
 class Queued(Protocol):

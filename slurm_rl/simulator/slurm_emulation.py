@@ -419,6 +419,8 @@ class SlurmJobState:
     held: PriorityHolder | None = None
     # without a holder: the jobs holding a priority of the daemon's, highest first
     valued: list[JobId] = field(default_factory=list)
+    _one_of_cache: dict[JobId, tuple[Job, ...]] = field(default_factory=dict, init=False,
+                                                        repr=False)
     # how long after a job's end slurmctld starts nothing on its nodes (SimConfig.end_lag_s)
     end_lag_s: float = 0.0
     completing: dict[int, float] = field(default_factory=dict)  # node -> when Slurm may use it
@@ -483,15 +485,19 @@ class SlurmJobState:
     def forget(self, job_id: JobId) -> None:
         self.eligible_at.pop(job_id, None)
         self.pins.pop(job_id, None)
+        self._one_of_cache.pop(job_id, None)
 
     def _one_of(self, job: Job) -> tuple[Job, ...]:
         """The daemon's Features=[a|b] on a released job Slurm places: untyped, two GPUs or
-        more, not -N 1 (slurm_rl/slurm/onetype.py)."""
+        more, not -N 1 (slurm_rl/slurm/onetype.py). Kept per job: every pass asks again."""
         if not self.one_type_of or job.gpu_type or job.num_gpus < 2 or job.num_nodes == 1:
             return ()
-        fitting = tuple(replace(job, gpu_type=gpu_type) for gpu_type, sizes in self.one_type_of
-                        if _fits_sizes(job, sizes))
-        return fitting or ()  # fits no one type: the job as it is (see docs/slurm-emulation.md)
+        fitting = self._one_of_cache.get(job.job_id)
+        if fitting is None:
+            fitting = tuple(replace(job, gpu_type=gpu_type)
+                            for gpu_type, sizes in self.one_type_of if _fits_sizes(job, sizes))
+            self._one_of_cache[job.job_id] = fitting
+        return fitting  # () fits no one type: the job as it is (docs/slurm-emulation.md)
 
     def queue(self, pending: Mapping[JobId, Job], now: float) -> Iterator[QueuedJob]:
         """Eligible pending jobs, highest priority first: the daemon's values (class
