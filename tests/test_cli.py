@@ -140,3 +140,18 @@ def test_replicas_move_the_fluctuation_seed_and_report_means(tmp_path):
 def test_replicas_must_be_positive():
     code, output = simulate("--replicas", "0")
     assert code != 0 and "--replicas" in output
+
+
+def test_load_scales_the_cluster_to_the_offered_load_asked() -> None:
+    code, out = simulate("--days", "0.3", "--warmup-days", "0", "--policies", "fifo+first-fit",
+                         "--load", "0.8", "--json")
+    assert code == 0, out
+    plain_code, plain = simulate("--days", "0.3", "--warmup-days", "0", "--policies",
+                                 "fifo+first-fit", "--load", "0.8")
+    assert plain_code == 0 and "offered load 0.8" in plain and "(asked 0.8;" in plain, plain
+
+
+@pytest.mark.parametrize("load", ["0", "-1", "nan", "1e9"])
+def test_a_load_out_of_range_is_one_clear_error(load: str) -> None:
+    code, out = simulate("--days", "0.3", "--load", load)
+    assert code == 2 and "Invalid value for '--load'" in out and "Traceback" not in out
