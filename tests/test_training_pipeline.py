@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_rl.agents.dual.agent import FEATURE_SCHEMA_VERSION
 from slurm_rl.agents.dual.bundle import load_bundle
+from slurm_rl.agents.dual.features import FEATURE_SCHEMA_VERSION
 from slurm_rl.agents.names import realisable_orderings
 from slurm_rl.cli.train import evaluate_command, train_command
 
