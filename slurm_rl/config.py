@@ -84,7 +84,11 @@ class DaemonConfig(BaseModel):
     heartbeat_max_age_s: int = Field(default=30, ge=1, le=DAY)
     defer_window_s: int = Field(default=10, ge=1, le=HOUR)
     defer_extension_s: float = Field(default=30.0, gt=0, le=HOUR)
-    defer_cap_s: float = Field(default=600.0, ge=0, le=DAY)
+    defer_cap_s: float = Field(default=600.0, ge=0, le=30 * DAY)
+    # Dispatch (docs/daemon.md, "Dispatch"): hold every pending job the policy does not start
+    # now, so Slurm starts no job on its own order; enforce (or shadow) only, and holds end at
+    # defer_cap_s, so raise that above the waits the cluster sees.
+    dispatch: bool = False
     # the lowest Priority the daemon gives the last job it ranks; above the site's largest
     # multifactor priority, ranked jobs go before unranked ones (docs/slurm.md)
     priority_floor: int = Field(default=1000, ge=1, le=MAX_PRIORITY_FLOOR)
@@ -222,6 +226,15 @@ class DaemonConfig(BaseModel):
             )
         return self
 
+    @field_validator("dispatch")
+    @classmethod
+    def _dispatch_places(cls, dispatch: bool, info: ValidationInfo) -> bool:
+        # advise releases the ranked jobs and leaves the others' deferral to run out: nothing
+        # would be held, and the setting would promise what the daemon does not do.
+        if dispatch and info.data.get("mode") is Mode.ADVISE:
+            raise ValueError("needs mode enforce (or shadow): advise holds no job")
+        return dispatch
+
     @property
     def store(self) -> str:
         """The store URL (SQLite under ``state_dir`` unless one is given)."""
@@ -238,7 +251,8 @@ class DaemonConfig(BaseModel):
         return RankingRules(max_wait_ratio=self.fairness_max_wait_ratio or None,
                             window_s=self.fairness_window_s,
                             min_wait_s=self.fairness_min_wait_s,
-                            nice_per_rank=self.nice_per_rank or None)
+                            nice_per_rank=self.nice_per_rank or None,
+                            dispatch=self.dispatch)
 
     @property
     def heartbeat(self) -> Path:

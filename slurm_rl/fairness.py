@@ -83,12 +83,16 @@ DEFAULT_NICE_PER_RANK = 100
 
 @dataclass(frozen=True, slots=True)
 class RankingRules:
-    """The admin's rules for the shared ranking step (module docstring)."""
+    """The admin's rules for the shared ranking step (module docstring), and what a ranking
+    releases: with ``dispatch``, only the jobs the decision starts now and those the guard
+    brings forward; every other pending job is held back, so Slurm starts none of them on its
+    own (:func:`slurm_rl.scheduler.dispatched`; docs/daemon.md, "Dispatch")."""
 
     max_wait_ratio: float | None = DEFAULT_MAX_WAIT_RATIO  # None or 0: no fairness guard
     window_s: float = DEFAULT_WINDOW_S
     min_wait_s: float = DEFAULT_MIN_WAIT_S
     nice_per_rank: int | None = DEFAULT_NICE_PER_RANK  # None or 0: --nice is not weighed
+    dispatch: bool = False
 
     def __post_init__(self) -> None:
         ratio = self.max_wait_ratio

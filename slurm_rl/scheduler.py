@@ -17,6 +17,7 @@ the same in every world and for every policy, and the policy never sees it.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from operator import attrgetter
 from typing import Literal
 
@@ -99,9 +100,10 @@ class Scheduler:
         placements = self._place(snapshot, jobs, free)
         exclusions = self._exclusions(snapshot, jobs, placements)
         forward = self.last_reranking.brought_forward if self.last_reranking else ()
-        return Decision(self.policy_id, ranking, placements, tuple(scores[order].tolist()),
-                        exclusions=exclusions, migrations=self._moves(snapshot, free),
-                        forward=tuple(j.job_id for j in jobs if j.user in forward))
+        decision = Decision(self.policy_id, ranking, placements, tuple(scores[order].tolist()),
+                            exclusions=exclusions, migrations=self._moves(snapshot, free),
+                            forward=tuple(j.job_id for j in jobs if j.user in forward))
+        return dispatched(decision, snapshot) if self.rules.dispatch else decision
 
     def _rank(self, snapshot: ClusterSnapshot, scores: np.ndarray) -> list[int]:
         """The pending jobs to release (indices), best first: the policy's order after the
@@ -196,3 +198,26 @@ def top_k_order(scores: np.ndarray, k: int) -> list[int]:
         ranked = candidates[np.argsort(-scores[candidates], kind="stable")]
         return ranked.tolist()  # type: ignore[no-any-return]
     return np.argsort(-scores, kind="stable").tolist()  # type: ignore[no-any-return]
+
+
+def dispatched(decision: Decision, snapshot: ClusterSnapshot) -> Decision:
+    """``decision`` as dispatch mode applies it (``RankingRules.dispatch``): released are only
+    the jobs it starts now and those the fairness guard brought forward (:attr:`Decision.
+    promoted`), in ranking order; every other pending job is held, the ranked ones first in
+    ranking order, then the rest in queue order. Slurm then starts no job the scheduler did not
+    choose, whatever its own priorities; a GPU freed between two cycles waits for the next
+    (seconds, against jobs of hours). Exclusions are kept for released jobs only (a held job
+    has none to keep)."""
+    released = decision.promoted
+    kept = [index for index, job_id in enumerate(decision.ranking) if job_id in released]
+    ranked = set(decision.ranking)
+    holds = (*(job_id for job_id in decision.ranking if job_id not in released),
+             *(job.job_id for job in snapshot.pending if job.job_id not in ranked))
+    return replace(
+        decision,
+        ranking=tuple(decision.ranking[index] for index in kept),
+        scores=tuple(decision.scores[index] for index in kept) if decision.scores else (),
+        holds=holds,
+        exclusions={job_id: nodes for job_id, nodes in decision.exclusions.items()
+                    if job_id in released},
+    )

@@ -155,3 +155,24 @@ def test_load_scales_the_cluster_to_the_offered_load_asked() -> None:
 def test_a_load_out_of_range_is_one_clear_error(load: str) -> None:
     code, out = simulate("--days", "0.3", "--load", load)
     assert code == 2 and "Invalid value for '--load'" in out and "Traceback" not in out
+
+
+def test_dispatch_needs_slurm_mode_and_a_sane_cap() -> None:
+    code, out = simulate("--days", "0.3", "--mode", "direct", "--dispatch")
+    assert code == 2 and "--dispatch needs --mode slurm" in _one_error_line(out)
+    code, out = simulate("--days", "0.3", "--hold-cap-h", "1e9")
+    assert code == 2 and "Invalid value for '--hold-cap-h'" in out and "Traceback" not in out
+
+
+def test_dispatch_replays_and_holds_up_to_the_cap_asked() -> None:
+    from slurm_rl.cli.simulate import hold_cap_s, ranking_rules
+
+    options = {"dispatch": True, "hold_cap_h": None, "mode": "slurm"}
+    assert hold_cap_s(options) == 720 * 3600.0
+    assert hold_cap_s({**options, "hold_cap_h": 2.0}) == 7200.0
+    assert hold_cap_s({**options, "dispatch": False}) == 3600.0
+    rules = ranking_rules(options)
+    assert rules is not None and rules.dispatch
+    code, out = simulate("--days", "0.3", "--warmup-days", "0", "--policies",
+                         "sjf-limit+first-fit", "--dispatch", "--load", "1.5")
+    assert code == 0 and "sjf-limit+first-fit" in out, out

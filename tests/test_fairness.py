@@ -320,6 +320,7 @@ def test_the_daemons_settings_become_the_schedulers_rules(tmp_path: Path) -> Non
     assert rules == RankingRules(max_wait_ratio=2.5, window_s=600.0, min_wait_s=30.0,
                                  nice_per_rank=50)
     assert DaemonConfig().ranking_rules == RankingRules()
+    assert DaemonConfig(dispatch=True, mode="enforce").ranking_rules.dispatch
     off = DaemonConfig(fairness_max_wait_ratio=0, nice_per_rank=0).ranking_rules
     assert off == RankingRules(max_wait_ratio=None, nice_per_rank=None)
     assert make_policy("fifo+best-fit", rules=rules).rules == rules

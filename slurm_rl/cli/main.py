@@ -18,6 +18,7 @@ from slurm_rl.cli.options import (
     FiniteFloat,
     WritableDir,
     checkpoint_options,
+    dispatch_options,
     fairness_option,
     world_options,
 )
@@ -120,6 +121,7 @@ def main() -> None:
               help="Replay every policy under N machine-fluctuation seeds (the spec's, +1, …) "
                    "and print means over them; --report writes one report per replica.")
 @fairness_option
+@dispatch_options
 def simulate(**options: Any) -> None:
     """Replay a trace on a simulated cluster with several policies and compare them."""
     # lazy: the simulator and matplotlib (reports), which the other subcommands do not need

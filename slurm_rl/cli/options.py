@@ -82,6 +82,23 @@ def fairness_option(command: F) -> F:
     )(command)
 
 
+def dispatch_options(command: F) -> F:
+    """``--dispatch`` and ``--hold-cap-h``: the daemon's ``dispatch`` and ``defer_cap_s`` in a
+    replay (``RankingRules.dispatch``, ``SimConfig.hold_cap_s``; docs/daemon.md, "Dispatch")."""
+    command = click.option(
+        "--hold-cap-h", "hold_cap_h", default=None, type=FiniteFloat(min=0.0, max=720.0),
+        help="The longest a job is held back after its submission, in hours (the daemon's "
+             "defer_cap_s); past it Slurm may start the job by its own priority [default: 1, "
+             "or 720 with --dispatch].",
+    )(command)
+    return click.option(
+        "--dispatch", is_flag=True,
+        help="Slurm starts only the jobs the policy starts: every other pending job is held "
+             "(the daemon's dispatch = true). Without it, released jobs also start by "
+             "Slurm's own priority whenever GPUs free up between decisions.",
+    )(command)
+
+
 def world_options(command: F) -> F:
     """``--performance`` and ``--slurm-scheduler``: how fast replayed jobs run
     (``Scenario.performance``) and which slurmctld scheduler ``slurm`` mode emulates

@@ -38,6 +38,7 @@ class PolicyRun:
 
 
 DEFAULT_SYNTHETIC_WARMUP_DAYS = 3.0
+DEFAULT_HOLD_CAP_H, DISPATCH_HOLD_CAP_H = 1.0, 720.0  # SimConfig's; the daemon's largest
 # Each replica replays every policy once more: 100 already puts the standard error of a mean
 # at a tenth of one replay's spread, and 1e25 (a typo click's IntRange lets through) built a
 # list of 1e25 scenarios until memory ran out.
@@ -62,7 +63,8 @@ def build_scenario(options: dict[str, Any]) -> Scenario:
     )
     config = SimConfig(mode=options["mode"], cycle_s=options["cycle_s"], seed=options["seed"],
                        restart_overhead_s=options.get("restart_overhead_s") or 300.0,
-                       slurm_scheduler=_slurm_scheduler(options))
+                       slurm_scheduler=_slurm_scheduler(options),
+                       hold_cap_s=hold_cap_s(options))
     scenario = Scenario(spec=spec, trace=trace, sim=config,
                         fluctuation=not options["no_fluctuation"], measure_from=measure_from,
                         checkpointable=options.get("checkpointable") or 0.0,
@@ -106,13 +108,26 @@ def policy_names(text: str | None) -> list[str]:
 
 
 def ranking_rules(options: dict[str, Any]) -> RankingRules | None:
-    """The ranking step's rules from ``--fairness-max-wait-ratio`` (None: not given)."""
-    ratio = options.get("fairness_max_wait_ratio")
+    """The ranking step's rules from ``--fairness-max-wait-ratio`` and ``--dispatch`` (None:
+    neither given)."""
+    ratio, dispatch = options.get("fairness_max_wait_ratio"), bool(options.get("dispatch"))
     if ratio is None:
-        return None
+        return RankingRules(dispatch=True) if dispatch else None
     if 0 < ratio < 1:  # the ratio is never below 1: such a bound would re-rank every cycle
         raise InputError(f"--fairness-max-wait-ratio must be 0 (off) or at least 1, got {ratio:g}")
-    return RankingRules(max_wait_ratio=ratio or None)
+    return RankingRules(max_wait_ratio=ratio or None, dispatch=dispatch)
+
+
+def hold_cap_s(options: dict[str, Any]) -> float:
+    """``--hold-cap-h`` in seconds; by default 1 h, or the daemon's longest cap (30 days) with
+    ``--dispatch``, whose holds would otherwise end while jobs still queue."""
+    hours = options.get("hold_cap_h")
+    if hours is None:
+        hours = DISPATCH_HOLD_CAP_H if options.get("dispatch") else DEFAULT_HOLD_CAP_H
+    if options.get("dispatch") and options["mode"] != "slurm":
+        raise InputError("--dispatch needs --mode slurm (in direct mode the policy starts "
+                         "every job itself; Slurm starts none on its own)")
+    return float(hours) * 3600.0
 
 
 def run_simulate(console: Console, **options: Any) -> list[ReplayResult]:

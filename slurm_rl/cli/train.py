@@ -14,7 +14,7 @@ from rich.console import Console
 from slurm_rl.agents.dual.bundle import CHOOSERS, load_bundle
 from slurm_rl.agents.dual.network import PRIORS
 from slurm_rl.cli.main import FriendlyGroup
-from slurm_rl.cli.options import FiniteFloat, WritableDir, checkpoint_options
+from slurm_rl.cli.options import FiniteFloat, WritableDir, checkpoint_options, dispatch_options
 from slurm_rl.errors import InputError
 from slurm_rl.paths import default_bundle_path
 from slurm_rl.training.actors import PLACEMENT_TEACHERS
@@ -147,11 +147,12 @@ def _loads(ctx: click.Context, param: click.Parameter, value: str | None
                    "0.5,0.7,0.85,1.0) by scaling the cluster's node groups; writes sweep.md, "
                    "sweep.json and plots (docs/sweep.md).")
 @checkpoint_options
+@dispatch_options
 def evaluate_command(**options: Any) -> None:
     """Replay held-out windows with the dual agent, its ablations and every baseline."""
     import os
 
-    from slurm_rl.cli.simulate import build_scenario
+    from slurm_rl.cli.simulate import build_scenario, ranking_rules
     from slurm_rl.training.evaluate import evaluation_specs, replay_replicas, write_evaluation
 
     bundle = options["bundle"] or default_bundle_path()
@@ -164,20 +165,23 @@ def evaluate_command(**options: Any) -> None:
         "cycle_s": 10.0, "no_fluctuation": False,
         "checkpointable": options["checkpointable"],
         "restart_overhead_s": options["restart_overhead_s"],
+        "dispatch": options["dispatch"], "hold_cap_h": options["hold_cap_h"],
     })
     placements = _names(options["placements"], "--placements")
     assert placements is not None
     specs = evaluation_specs(str(bundle), placements=placements,
                              ablations=not options["no_ablations"],
                              no_comm_bundle=str(options["no_comm_bundle"] or "") or None,
-                             orderings=_names(options["orderings"], "--orderings"))
+                             orderings=_names(options["orderings"], "--orderings"),
+                             rules=ranking_rules(options))
     workers = options["workers"] or os.cpu_count() or 1
     if options["loads"] is not None:
         _sweep(scenario, specs, workers, options)
         return
     scenarios = [scenario.replica(k) for k in range(options["replicas"])]
     results = replay_replicas(scenarios, specs, workers, progress=True)
-    path = write_evaluation(results, scenarios, options["report_dir"], meta)
+    path = write_evaluation(results, scenarios, options["report_dir"], meta,
+                            options["dispatch"])
     verdict = json.loads((options["report_dir"] / "evaluation.json").read_text())
     console.print(path.read_text(), highlight=False)
     console.print(f"criteria {'met' if verdict['met'] else 'not met'}; report: {path}",
@@ -222,6 +226,10 @@ def _sweep_command(options: dict[str, Any]) -> str:
     if options["checkpointable"]:
         words += [f"--checkpointable={options['checkpointable']:g}",
                   "--restart-overhead", f"{options['restart_overhead_s']:g}"]
+    if options["dispatch"]:
+        words.append("--dispatch")
+    if options["hold_cap_h"] is not None:
+        words += ["--hold-cap-h", f"{options['hold_cap_h']:g}"]
     if options["workers"]:
         words += ["--workers", str(options["workers"])]
     return shlex.join([*words, "--report", str(options["report_dir"])])

@@ -558,8 +558,8 @@ class Simulation:
         return False
 
     def _hold(self, holds: Sequence[JobId]) -> None:
-        """Extend the deferral of jobs the decision holds back, as the daemon does live: by two
-        review periods, never past the cap, with a review before it can lapse."""
+        """Extend held jobs' deferrals as the daemon does live: to two review periods ahead
+        (never past the cap) once under 1.5 are left; a review every period renews them."""
         cap, review = self.config.hold_cap_s, max(self.config.cycle_s, 60.0)
         held = False
         for job_id in holds:
@@ -567,7 +567,7 @@ class Simulation:
             if job is None or job_id in self._slurm.released or self.now >= job.submit_time + cap:
                 continue
             until = min(self.now + 2 * review, job.submit_time + cap)
-            if self._slurm.eligible_at.get(job_id, 0.0) < until:
+            if self._slurm.eligible_at.get(job_id, 0.0) < min(self.now + 1.5 * review, until):
                 self._defer(job_id, until)
             held = True
         if held:

@@ -27,7 +27,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,8 +47,9 @@ from slurm_rl.agents.names import (
     realisable_orderings,
     reference_orderings,
 )
-from slurm_rl.agents.registry import make_scheduler
+from slurm_rl.agents.registry import make_scheduler, with_rules
 from slurm_rl.errors import InputError
+from slurm_rl.fairness import RankingRules
 from slurm_rl.report import write_report
 from slurm_rl.scenario import ReplayResult, Scenario, replay
 from slurm_rl.scheduler import Scheduler
@@ -71,6 +72,7 @@ class PolicySpec:
     weights: Mapping[str, Tensor] | None = None
     network: NetworkConfig | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
+    rules: RankingRules | None = None  # the ranking step's (dispatch included); None: defaults
 
 
 def make_policy(spec: PolicySpec) -> Scheduler:
@@ -78,14 +80,14 @@ def make_policy(spec: PolicySpec) -> Scheduler:
 
     speeds = gpu_speed_table()
     if spec.baseline is not None:
-        return make_scheduler(spec.baseline, speeds)
+        return make_scheduler(spec.baseline, speeds, rules=spec.rules)
     if spec.bundle is not None:
         bundle = load_bundle(spec.bundle)
     else:
         network = DualNetwork(spec.network or network_config())
         network.load_state_dict(dict(spec.weights or {}))
         bundle = Bundle(Path("<memory>"), network.eval(), spec.meta)
-    return build_scheduler(bundle, speeds, variant=spec.variant)
+    return with_rules(build_scheduler(bundle, speeds, variant=spec.variant), spec.rules)
 
 
 def fresh_replay_state(seed: int = 0) -> None:
@@ -150,9 +152,10 @@ def _wait(futures: Sequence[Future[Any]], progress: bool) -> None:
 
 def evaluation_specs(bundle: str, *, placements: Sequence[str] = PLACEMENTS,
                      ablations: bool = True, no_comm_bundle: str | None = None,
-                     orderings: Sequence[str] | None = None) -> list[PolicySpec]:
+                     orderings: Sequence[str] | None = None,
+                     rules: RankingRules | None = None) -> list[PolicySpec]:
     """Every baseline ordering (or those named) with each placement, the dual agent and,
-    with ``ablations``, its three ablations."""
+    with ``ablations``, its three ablations; each ranking under ``rules``."""
     known = (*realisable_orderings(), *reference_orderings())
     for name in orderings or ():
         if name not in known:
@@ -169,7 +172,7 @@ def evaluation_specs(bundle: str, *, placements: Sequence[str] = PLACEMENTS,
             PolicySpec("no-communication", variant="dual" if no_comm_bundle else
                        "no-communication", bundle=no_comm_bundle or bundle),
         ]
-    return specs
+    return [replace(spec, rules=rules) for spec in specs]
 
 
 # ----- the verdict -----------------------------------------------------------------------
@@ -245,16 +248,19 @@ def verdict(policies: Sequence[PolicyRuns]) -> dict[str, Any]:
 
 
 def write_evaluation(results: Sequence[Sequence[ReplayResult]], scenarios: Sequence[Scenario],
-                     directory: Path, bundle_meta: Mapping[str, Any]) -> Path:
+                     directory: Path, bundle_meta: Mapping[str, Any],
+                     dispatch: bool = False) -> Path:
     """``report.md`` (every policy on the first replica, plots), ``evaluation.md`` (means
-    over replicas, each replica's gains) and ``evaluation.json``."""
+    over replicas, each replica's gains) and ``evaluation.json``; ``dispatch``: whether the
+    policies ran in dispatch mode (``RankingRules.dispatch``)."""
     write_report(results[0], scenarios[0], directory)
     policies = by_policy(results)
     outcome = verdict(policies)
     scenario = scenarios[0]
     seeds = [s.spec.fluctuation.seed for s in scenarios]
     payload = {"scenario": scenario.trace.name, "cluster": scenario.cluster.name,
-               "mode": scenario.sim.mode, "fluctuation_seeds": seeds,
+               "mode": scenario.sim.mode, "dispatch": dispatch,
+               "hold_cap_h": scenario.sim.hold_cap_s / HOUR, "fluctuation_seeds": seeds,
                "bundle": dict(bundle_meta), **outcome,
                "jct_lower_bound_h": _lower_bound_h(policies),
                "policies": [{"policy": p.policy_id, "avg_jct_h": p.jct_s / HOUR,
@@ -265,7 +271,7 @@ def write_evaluation(results: Sequence[Sequence[ReplayResult]], scenarios: Seque
                             for p in policies]}
     (directory / "evaluation.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
     path = directory / "evaluation.md"
-    path.write_text(_markdown(policies, scenario, seeds, outcome, bundle_meta))
+    path.write_text(_markdown(policies, scenario, seeds, outcome, bundle_meta, dispatch))
     return path
 
 
@@ -279,11 +285,13 @@ def _percent(values: Sequence[float]) -> str:
 
 
 def _markdown(policies: Sequence[PolicyRuns], scenario: Scenario, seeds: Sequence[int],
-              outcome: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
+              outcome: Mapping[str, Any], meta: Mapping[str, Any], dispatch: bool) -> str:
     replicas = len(seeds)
     moves = (f"; {scenario.checkpointable:.0%} of jobs checkpointable (moves allowed, "
              f"{scenario.sim.restart_overhead_s:g} s lost per move)"
              if scenario.checkpointable else "")
+    if dispatch:
+        moves += f"; dispatch (jobs held up to {scenario.sim.hold_cap_s / HOUR:g} h)"
     lines = [f"# Evaluation: {scenario.trace.name} on {scenario.cluster.name}, "
              f"{scenario.sim.mode} mode{moves}", "",
              "The dual agent is our reconstruction of the KDD 2023 paper's design (only its "

@@ -105,6 +105,7 @@ class SweepRuns:
     replicas: int
     policies: tuple[str, ...]
     runs: Mapping[float, Mapping[str, tuple[RunFigures, ...]]]
+    dispatch: bool = False  # the policies ran in dispatch mode (RankingRules.dispatch)
 
 
 def run_sweep(scenario: Scenario, loads: Sequence[float], specs: Sequence[PolicySpec],
@@ -122,7 +123,9 @@ def run_sweep(scenario: Scenario, loads: Sequence[float], specs: Sequence[Policy
             for spec in specs:
                 by_policy[spec.label].append(next(flat))
     frozen = {load: {p: tuple(r) for p, r in by.items()} for load, by in runs.items()}
-    return SweepRuns(tuple(points), replicas, tuple(spec.label for spec in specs), frozen)
+    dispatch = any(spec.rules is not None and spec.rules.dispatch for spec in specs)
+    return SweepRuns(tuple(points), replicas, tuple(spec.label for spec in specs), frozen,
+                     dispatch)
 
 
 def code_version() -> str:

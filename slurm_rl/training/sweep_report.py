@@ -147,7 +147,8 @@ def sweep_payload(runs: SweepRuns, original_nodes: Mapping[str, int]) -> dict[st
         })
     verdicts = [p["verdict"] for p in points]
     return {"scenario": scenario.trace.name, "cluster": scenario.cluster.name,
-            "mode": scenario.sim.mode, "replicas": runs.replicas,
+            "mode": scenario.sim.mode, "dispatch": runs.dispatch,
+            "hold_cap_h": scenario.sim.hold_cap_s / 3600.0, "replicas": runs.replicas,
             "fluctuation_seeds": [scenario.spec.fluctuation.seed + k
                                   for k in range(runs.replicas)],
             "load": "offered load = GPU-time demand / (capacity in reference-GPU equivalents "
