@@ -149,6 +149,19 @@ def test_load_scales_the_cluster_to_the_offered_load_asked() -> None:
     plain_code, plain = simulate("--days", "0.3", "--warmup-days", "0", "--policies",
                                  "fifo+first-fit", "--load", "0.8")
     assert plain_code == 0 and "offered load 0.8" in plain and "(asked 0.8;" in plain, plain
+    # The spec's own cluster's load, whatever load is asked (it once showed achieved/factor).
+    from slurm_rl.cli.simulate import build_scenario
+    from slurm_rl.offered_load import offered_load
+
+    scenario = build_scenario({"cluster": "tiny", "trace_name": "synthetic", "window_spec": None,
+                               "days": 0.3, "seed": 0, "trace_format": None,
+                               "skip_bad_rows": False, "warmup_days": 0.0, "mode": "slurm",
+                               "cycle_s": 10.0, "no_fluctuation": False})
+    own = offered_load(scenario.runnable_jobs()[0], scenario.spec, scenario.trace.reference_gpu)
+    for load in ("0.8", "2"):
+        _, text = simulate("--days", "0.3", "--warmup-days", "0", "--policies", "fifo+first-fit",
+                           "--load", load)
+        assert f"the spec's cluster: {own.load:.2f})" in text, text
 
 
 @pytest.mark.parametrize("load", ["0", "-1", "nan", "1e9"])

@@ -163,7 +163,7 @@ def _at_load(console: Console, scenario: Scenario, load: float, quiet: bool) -> 
     if not quiet:
         counts = ", ".join(f"{prefix} {n}" for prefix, n in point.node_counts.items())
         console.print(f"offered load {point.achieved:.2f} (asked {load:g}; the spec's cluster: "
-                      f"{point.achieved / point.factor:.2f}): {len(point.scenario.cluster.nodes)} "
+                      f"{point.factor * point.target:.2f}): {len(point.scenario.cluster.nodes)} "
                       f"nodes ({counts})", highlight=False)
     if point.unschedulable_jobs > scenario.runnable_jobs()[1]:
         raise InputError(f"--load {load:g}: the scaled cluster cannot fit "

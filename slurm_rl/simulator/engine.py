@@ -170,6 +170,7 @@ class Simulation:
         self._events: list[tuple[float, int, int, object]] = []
         self._seq = 0
         self._decision_at: float | None = None
+        self._review_at = 0.0  # when the next review of held jobs is due (one at a time)
         self._new_finished: list[FinishedJob] = []
         self._new_observations: list[SpeedObservation] = []
         self._rng = random.Random(self.config.seed)
@@ -222,11 +223,8 @@ class Simulation:
     # ----- events ------------------------------------------------------------------------
 
     def _next_event_time(self) -> float:
-        arrival = (
-            self._arrivals[self._next_arrival].submit_time
-            if self._next_arrival < len(self._arrivals)
-            else math.inf
-        )
+        arrivals, index = self._arrivals, self._next_arrival
+        arrival = arrivals[index].submit_time if index < len(arrivals) else math.inf
         while self._events and self._stale(self._events[0]):
             heapq.heappop(self._events)
         event = self._events[0][0] if self._events else math.inf
@@ -559,7 +557,8 @@ class Simulation:
 
     def _hold(self, holds: Sequence[JobId]) -> None:
         """Extend held jobs' deferrals as the daemon does live: to two review periods ahead
-        (never past the cap) once under 1.5 are left; a review every period renews them."""
+        (never past the cap) once under 1.5 are left; one review a period renews them (a
+        review per decision made every cycle a decision while any job was held)."""
         cap, review = self.config.hold_cap_s, max(self.config.cycle_s, 60.0)
         held = False
         for job_id in holds:
@@ -570,8 +569,9 @@ class Simulation:
             if self._slurm.eligible_at.get(job_id, 0.0) < min(self.now + 1.5 * review, until):
                 self._defer(job_id, until)
             held = True
-        if held:
-            self._push(self.now + review, _TICK, None)
+        if held and self._review_at <= self.now:
+            self._review_at = self.now + review
+            self._push(self._review_at, _TICK, None)
 
     def _defer(self, job_id: JobId, until: float) -> None:
         self._slurm.eligible_at[job_id] = until
