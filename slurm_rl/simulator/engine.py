@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 
 ActionMode = Literal["direct", "slurm"]
 _FINISH, _STEP, _EXPIRE, _TICK, _LEVERS = 0, 1, 2, 3, 4
+# Held jobs get a decision this often when nothing changes (it sees the same queue and free
+_REVIEW_S = 600.0  # GPUs, so it mostly renews holds; the daemon decides every cycle)
 
 
 @dataclass(frozen=True)
@@ -557,9 +559,8 @@ class Simulation:
 
     def _hold(self, holds: Sequence[JobId]) -> None:
         """Extend held jobs' deferrals as the daemon does live: to two review periods ahead
-        (never past the cap) once under 1.5 are left; one review a period renews them (a
-        review per decision made every cycle a decision while any job was held)."""
-        cap, review = self.config.hold_cap_s, max(self.config.cycle_s, 60.0)
+        (never past the cap) once under 1.5 are left; one review a period renews them."""
+        cap, review = self.config.hold_cap_s, max(self.config.cycle_s, _REVIEW_S)
         held = False
         for job_id in holds:
             job = self._pending.get(job_id)
@@ -591,8 +592,7 @@ class Simulation:
             self._start(job, placement)
 
     def _record_timeline(self) -> None:
-        busy = self._total_gpus - sum(self._free)
-        self.timeline.record(self.now, len(self._pending), busy)
+        self.timeline.record(self.now, len(self._pending), self._total_gpus - sum(self._free))
 
 
 def _finish_payload(payload: object) -> tuple[JobId, int]:
