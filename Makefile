@@ -15,8 +15,13 @@ COMPOSE_SUITES ?= trixie sid
 
 .PHONY: demo test venv system-deps unit integration typecheck lint bench train-default train-no-comm clean docker-base compose-test
 
+# A loaded synthetic day (after a warm-up day) where the order matters: the cluster scaled to
+# offered load 3 (docs/sweep.md: ~90 % busy, an hour's queue), dispatch on (docs/daemon.md).
+DEMO_POLICIES = fifo+fastest-gpu,multifactor+fastest-gpu,sjf-predicted+fastest-gpu,sjf-oracle+fastest-gpu,rl+rl
+DEMO_ARGS = --days 1 --warmup-days 1 --load 3 --dispatch --policies $(DEMO_POLICIES)
+
 demo: $(STAMP)
-	$(VENV)/bin/slurm-rl simulate --report reports/demo
+	$(VENV)/bin/slurm-rl simulate $(DEMO_ARGS) --report reports/demo
 
 test: $(STAMP) system-deps
 	$(PY) -m pytest -q

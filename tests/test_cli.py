@@ -189,3 +189,21 @@ def test_dispatch_replays_and_holds_up_to_the_cap_asked() -> None:
     code, out = simulate("--days", "0.3", "--warmup-days", "0", "--policies",
                          "sjf-limit+first-fit", "--dispatch", "--load", "1.5")
     assert code == 0 and "sjf-limit+first-fit" in out, out
+
+
+def test_the_demo_command_runs_on_a_shorter_day() -> None:
+    """`make demo`'s options (the Makefile's DEMO_ARGS), on a fifth of its day: the demo
+    cannot rot without a test failing."""
+    import re
+    import shlex
+
+    makefile = (Path(__file__).parents[1] / "Makefile").read_text()
+    policies = re.search(r"^DEMO_POLICIES = (.+)$", makefile, re.M)
+    line = re.search(r"^DEMO_ARGS = (.+)$", makefile, re.M)
+    assert policies and line
+    args = shlex.split(line.group(1).replace("$(DEMO_POLICIES)", policies.group(1)))
+    args[args.index("--days") + 1] = "0.2"
+    args[args.index("--warmup-days") + 1] = "0.1"
+    result = CliRunner().invoke(main, ["simulate", "--workers", "1", *args])
+    assert result.exit_code == 0, result.output
+    assert "offered load" in result.output and "rl+rl" in result.output
