@@ -39,6 +39,7 @@ from slurm_rl.fairness import (
     DEFAULT_MIN_WAIT_S,
     DEFAULT_NICE_PER_RANK,
     DEFAULT_WINDOW_S,
+    LONGEST_HOLD_S,
     RankingRules,
 )
 from slurm_rl.input_files import open_regular
@@ -84,7 +85,7 @@ class DaemonConfig(BaseModel):
     heartbeat_max_age_s: int = Field(default=30, ge=1, le=DAY)
     defer_window_s: int = Field(default=10, ge=1, le=HOUR)
     defer_extension_s: float = Field(default=30.0, gt=0, le=HOUR)
-    defer_cap_s: float = Field(default=600.0, ge=0, le=30 * DAY)
+    defer_cap_s: float = Field(default=600.0, ge=0, le=LONGEST_HOLD_S)
     # Dispatch (docs/daemon.md, "Dispatch"): hold every pending job the policy does not start
     # now, so Slurm starts no job on its own order; enforce (or shadow) only, and holds end at
     # defer_cap_s, so raise that above the waits the cluster sees.

@@ -76,6 +76,9 @@ DEFAULT_WINDOW_S = 3600.0
 # Below a minute the users' waits differ by a few cycles (5 s) and deferral windows (10 s):
 # jitter, not unfairness, and not worth overriding the policy's order for.
 DEFAULT_MIN_WAIT_S = 60.0
+# The longest a job may be held back after its submission (the daemon's defer_cap_s bound);
+# replays and training in dispatch mode hold up to it, so that holds outlast the waits.
+LONGEST_HOLD_S = 30 * 86400.0
 # 100 nice points per place: --nice=10000 sends a job 100 places down, to the bottom of a
 # typical queue; the small nice values users set for politeness (≤ 99) move nothing.
 DEFAULT_NICE_PER_RANK = 100

@@ -44,8 +44,10 @@ def job(job_id: str, submit: float, gpus: int, duration: float, **extra: object)
 
 
 def simulation(jobs: list[Job], mode: str = "direct", cycle_s: float = 0.0,
-               cluster: Cluster | None = None, defer_window_s: float = 30.0) -> Simulation:
+               cluster: Cluster | None = None, defer_window_s: float = 30.0,
+               hold_cap_s: float = SimConfig.hold_cap_s) -> Simulation:
     cluster = cluster or small_cluster()
     speed = SpeedModel(cluster, SimplePerformance(), "V100", None)  # type: ignore[arg-type]
-    config = SimConfig(mode=mode, cycle_s=cycle_s, defer_window_s=defer_window_s)  # type: ignore[arg-type]
+    config = SimConfig(mode=mode, cycle_s=cycle_s, defer_window_s=defer_window_s,  # type: ignore[arg-type]
+                       hold_cap_s=hold_cap_s)
     return Simulation(cluster, sorted(jobs, key=lambda j: j.submit_time), speed, None, config)

@@ -13,8 +13,10 @@ import torch
 from slurm_rl.agents.dual.agent import build_scheduler, network_config
 from slurm_rl.agents.dual.bundle import Bundle
 from slurm_rl.agents.dual.network import DualNetwork
+from slurm_rl.agents.registry import with_rules
 from slurm_rl.core import Cluster
 from slurm_rl.errors import InputError
+from slurm_rl.fairness import LONGEST_HOLD_S, RankingRules
 from slurm_rl.traces import parse_window, synthetic_philly
 from slurm_rl.training.actors import RolloutConfig, training_actors
 from slurm_rl.training.batch import collate_placements, collate_steps
@@ -46,13 +48,14 @@ def jobs() -> list:
 
 def episode(mode: str = "sample", reward: str = "job", seed: int = 0, prior: str = "pace",
             chooser: str = "best-fit", cluster: Cluster | None = None,
-            placement_teacher: str = "fastest") -> tuple[Episode, list]:
+            placement_teacher: str = "fastest", dispatch: bool = False) -> tuple[Episode, list]:
     torch.manual_seed(seed)
     network = DualNetwork(network_config(16, 4.0 if prior == "cost" else 0.0, prior))
-    sim = simulation(jobs(), mode="slurm", cycle_s=10.0, cluster=cluster or roomy_cluster())
+    sim = simulation(jobs(), mode="slurm", cycle_s=10.0, cluster=cluster or roomy_cluster(),
+                     hold_cap_s=LONGEST_HOLD_S if dispatch else 3600.0)  # as the World holds
     config = RolloutConfig(fee_weight=0.1, chooser=chooser, mode=mode,  # type: ignore[arg-type]
                            max_jobs=8, rank_k=4, reward=reward,  # type: ignore[arg-type]
-                           placement_teacher=placement_teacher)
+                           placement_teacher=placement_teacher, dispatch=dispatch)
     return run_episode(network, sim, SPEED, config, SPEC), [network, sim]
 
 
@@ -62,6 +65,21 @@ def test_an_episode_records_the_agent_phase_and_drains() -> None:
     assert all(len(s.order) <= 4 for s in result.steps)
     assert any(s.placements for s in result.steps)
     assert sim.done  # the drain finished every job, so every started job has an outcome
+
+
+def test_in_dispatch_mode_only_decisions_start_jobs_in_a_queue_that_never_empties() -> None:
+    """On 24 GPUs the queue never empties: without dispatch Slurm starts jobs between two
+    decisions at its own priority (roomy_cluster); with it, every job the agent phase starts
+    starts at a decision (the cycles fall at the first submit + k · 10 s)."""
+    first = min(j.submit_time for j in jobs())
+
+    def between_decisions(sim) -> int:
+        starts = [o.start for o in sim.outcomes if SPEC.start <= o.start <= SPEC.end]
+        assert starts
+        return sum(abs((s - first) / 10.0 - round((s - first) / 10.0)) > 1e-6 for s in starts)
+
+    assert between_decisions(episode(cluster=small_cluster())[1][1]) > 0
+    assert between_decisions(episode(cluster=small_cluster(), dispatch=True)[1][1]) == 0
 
 
 def test_job_rewards_add_up_to_waiting_plus_attributed_runs() -> None:
@@ -146,10 +164,12 @@ def test_episodes_lie_inside_the_window_and_repeat_with_the_seed() -> None:
         EpisodeSampler(trace, "2017-10-01:2017-10-02", warmup_days=2.0, episode_days=1.0)
 
 
-def test_a_rollout_decides_as_the_deployed_scheduler_on_the_same_snapshot() -> None:
+@pytest.mark.parametrize("dispatch", [False, True])
+def test_a_rollout_decides_as_the_deployed_scheduler_on_the_same_snapshot(dispatch: bool) -> None:
     """One decision loop (issue 20): the training scheduler, greedy, gives the decision the
     deployed one built from a bundle of the same network gives: ranking cut at max_ranked,
-    the same placements and the same exclusions."""
+    the same placements and the same exclusions; in dispatch mode (a daemon's dispatch =
+    true), the same holds too."""
     torch.manual_seed(3)
     network = DualNetwork(network_config(16, 0.0, "pace"))
     burst = [job(f"b{i}", float(i), [1, 2, 4, 8][i % 4], 600.0 + 50 * i) for i in range(30)]
@@ -159,11 +179,17 @@ def test_a_rollout_decides_as_the_deployed_scheduler_on_the_same_snapshot() -> N
         snapshot = sim.next_snapshot()
     assert snapshot is not None
     config = RolloutConfig(fee_weight=0.1, chooser="rwgp-excluding", mode="greedy",
-                           max_ranked=5)
+                           max_ranked=5, dispatch=dispatch)
     trained = training_actors(network, SPEED, config, seed=0).scheduler.decide(snapshot)
     bundle = Bundle(Path("unsaved"), network, {"chooser": "rwgp-excluding", "fee_weight": 0.1})
-    deployed = build_scheduler(bundle, SPEED, max_ranked=5, threads=None).decide(snapshot)
-    assert len(trained.ranking) == 5
+    deployed = with_rules(build_scheduler(bundle, SPEED, max_ranked=5, threads=None),
+                          RankingRules(dispatch=dispatch)).decide(snapshot)
+    assert trained.holds == deployed.holds
+    if dispatch:  # released: only the placed jobs; every other pending job is held
+        assert set(trained.ranking) == set(trained.placements)
+        assert len(trained.ranking) + len(trained.holds) == len(snapshot.pending)
+    else:
+        assert len(trained.ranking) == 5 and not trained.holds
     assert trained.ranking == deployed.ranking
     assert trained.placements == deployed.placements
     assert trained.exclusions == deployed.exclusions

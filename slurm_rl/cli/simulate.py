@@ -16,7 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from slurm_rl.agents.registry import baseline_names, is_learned, make_scheduler, takes_fee_weight
 from slurm_rl.errors import InputError
-from slurm_rl.fairness import RankingRules
+from slurm_rl.fairness import LONGEST_HOLD_S, RankingRules
 from slurm_rl.offered_load import load_points
 from slurm_rl.replicas import print_means, replicas_json, write_reports
 from slurm_rl.report import as_json, print_table, write_report
@@ -38,7 +38,7 @@ class PolicyRun:
 
 
 DEFAULT_SYNTHETIC_WARMUP_DAYS = 3.0
-DEFAULT_HOLD_CAP_H, DISPATCH_HOLD_CAP_H = 1.0, 720.0  # SimConfig's; the daemon's largest
+DEFAULT_HOLD_CAP_H, DISPATCH_HOLD_CAP_H = 1.0, LONGEST_HOLD_S / 3600  # SimConfig's; the longest
 # Each replica replays every policy once more: 100 already puts the standard error of a mean
 # at a tenth of one replay's spread, and 1e25 (a typo click's IntRange lets through) built a
 # list of 1e25 scenarios until memory ran out.

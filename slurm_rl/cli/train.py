@@ -55,6 +55,9 @@ _DEFAULT_WINDOWS = {"philly": "2017-12"}
               help="Node-set chooser inside each GPU type.")
 @click.option("--no-communication", "no_communication", is_flag=True,
               help="Train the ablation without the placement agent's message.")
+@click.option("--dispatch", is_flag=True,
+              help="Episodes and validation in dispatch mode (docs/daemon.md, \"Dispatch\"): "
+                   "only the policy starts jobs; for a daemon run with dispatch = true.")
 @click.option("--hidden", default=64, show_default=True, type=click.IntRange(min=4))
 @click.option("--pace-sharpness", "pace_sharpness", default=4.0, show_default=True,
               type=FiniteFloat(min=0.0),

@@ -37,6 +37,7 @@ from slurm_rl.agents.dual.network import DualNetwork, PlacementHead
 from slurm_rl.agents.dual.placement import LearnedPlacement
 from slurm_rl.agents.starvation import STARVATION_S, promote_starved
 from slurm_rl.core import ClusterSnapshot, Job
+from slurm_rl.fairness import RankingRules
 from slurm_rl.policy import Scores
 from slurm_rl.scheduler import Scheduler, top_k_order
 from slurm_rl.training.objectives import gumbel_order, plackett_luce_logp
@@ -60,6 +61,7 @@ class RolloutConfig:
     reward: RewardKind = "job"
     placement_teacher: str = "fastest"  # what the warm start clones (PLACEMENT_TEACHERS)
     starvation_s: float | None = STARVATION_S  # the deployed guard's (a bundle's starvation_h)
+    dispatch: bool = False  # rank as the daemon's dispatch = true (RankingRules.dispatch)
 
 
 @dataclass(frozen=True)
@@ -241,7 +243,8 @@ def training_actors(network: DualNetwork, gpu_speed: Mapping[str, float],
     network.ordering.communicate = config.communicate
     agent = OrderingAgent(network.ordering, builder, placement.messenger)
     ordering = SamplingOrdering(network, agent, config, seed)
-    scheduler = Scheduler(ordering, placement, max_ranked=config.max_ranked)
+    scheduler = Scheduler(ordering, placement, max_ranked=config.max_ranked,
+                          rules=RankingRules(dispatch=config.dispatch))
     return Actors(scheduler, ordering, placement)
 
 

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from slurm_rl.agents.dual.network import DualNetwork, NetworkConfig
 from slurm_rl.errors import InputError
+from slurm_rl.fairness import LONGEST_HOLD_S
 from slurm_rl.scenario import Scenario, build_simulation
 from slurm_rl.simulator.cluster_spec import ClusterSpec, load_cluster_spec
 from slurm_rl.simulator.engine import SimConfig
@@ -43,6 +44,11 @@ class WorldSpec:
     trace: str
     cluster: str
     cycle_s: float = 10.0
+    dispatch: bool = False  # jobs are held up to LONGEST_HOLD_S (the policies rank so too)
+
+    @property
+    def hold_cap_s(self) -> float:
+        return LONGEST_HOLD_S if self.dispatch else SimConfig.hold_cap_s
 
 
 @dataclass(frozen=True)
@@ -51,18 +57,19 @@ class World:
     spec: ClusterSpec
     gpu_speed: Mapping[str, float]
     cycle_s: float
+    hold_cap_s: float = SimConfig.hold_cap_s
 
     @classmethod
     def load(cls, world: WorldSpec) -> World:
         from slurm_rl.scenario import gpu_speed_table
 
         return cls(open_workload(world.trace), load_cluster_spec(world.cluster),
-                   gpu_speed_table(), world.cycle_s)
+                   gpu_speed_table(), world.cycle_s, world.hold_cap_s)
 
     def scenario(self, spec: EpisodeSpec) -> Scenario:
         jobs = window(self.trace, spec.warmup_start, spec.end)
         return Scenario(self.spec, jobs, SimConfig(mode="slurm", cycle_s=self.cycle_s,
-                                                   seed=spec.seed))
+                                                   seed=spec.seed, hold_cap_s=self.hold_cap_s))
 
 
 Backend = Literal["auto", "processes", "ray"]

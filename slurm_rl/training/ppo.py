@@ -79,6 +79,7 @@ class Args:
     fee_weight: float = 0.1  # λ: currency units worth one job-hour of JCT
     chooser: str = "rwgp-excluding"  # node sets inside a GPU type (agent.CHOOSERS)
     communicate: bool = True  # False trains the "no communication" ablation
+    dispatch: bool = False  # episodes and validation as the daemon's dispatch = true runs
     hidden: int = 64
     # β_0 of the placement head's prior β_0 log pace (network.py): the head starts as the
     # chooser's rule, fastest predicted set first, and learns a residual (0: no prior)
@@ -126,7 +127,7 @@ def train(args: Args) -> Path:
 
     # ----- the world --------------------------------------------------------------------
     check_not_held_out(args.trace, args.train_window, args.validation_window)
-    world = WorldSpec(args.trace, args.cluster)
+    world = WorldSpec(args.trace, args.cluster, dispatch=args.dispatch)
     pool = RolloutPool(world, args.workers, args.torch_threads, args.backend)
     sampler = EpisodeSampler(pool.world.trace, args.train_window, args.warmup_days,
                              args.episode_days)
@@ -147,7 +148,8 @@ def train(args: Args) -> Path:
     scaler = ReturnScaler(args.gamma)
     rollout = RolloutConfig(args.fee_weight, args.chooser, "sample", args.max_jobs,
                             args.rank_k, communicate=args.communicate,
-                            placement_teacher=args.placement_teacher)
+                            placement_teacher=args.placement_teacher,
+                            dispatch=args.dispatch)
     total = args.bc_iterations + args.iterations
     curves.start(total * args.episodes_per_iteration)
 

@@ -32,6 +32,7 @@ from slurm_rl.agents.dual.network import DualNetwork
 from slurm_rl.agents.ordering_baselines import Qssf
 from slurm_rl.agents.placement_baselines import FastestGpuFirst
 from slurm_rl.core import ClusterSnapshot, Decision
+from slurm_rl.fairness import RankingRules
 from slurm_rl.loop import DecisionMaker, Observed, Recorder, run_loop
 from slurm_rl.scheduler import Scheduler
 from slurm_rl.simulator.engine import Simulation
@@ -144,7 +145,8 @@ def run_episode(network: DualNetwork, simulation: Simulation, gpu_speed: Mapping
     as ``config.reward`` says (:mod:`.rewards`)."""
     started = time.perf_counter()
     actors = training_actors(network, gpu_speed, config, spec.seed)
-    teacher = Scheduler(Qssf(), FastestGpuFirst(gpu_speed))
+    teacher = Scheduler(Qssf(), FastestGpuFirst(gpu_speed),
+                        rules=RankingRules(dispatch=config.dispatch))
     snapshot = _phase(simulation, teacher, spec.start, Watcher(actors.scheduler))
     hours0, fees0 = cost_parts(simulation)
     recorder = StepRecorder(simulation, actors, config.fee_weight)

@@ -17,6 +17,7 @@ from typing import Any
 from torch import Tensor
 
 from slurm_rl.agents.dual.network import DualNetwork
+from slurm_rl.fairness import RankingRules
 from slurm_rl.objective import cost, hours
 from slurm_rl.scenario import ReplayResult, Scenario
 from slurm_rl.simulator.engine import SimConfig
@@ -58,7 +59,8 @@ class Validator:
         if self._scenario is None:
             loaded = World.load(self.world)
             start, end = parse_window(self.window_spec)
-            config = SimConfig(mode="slurm", cycle_s=self.world.cycle_s)
+            config = SimConfig(mode="slurm", cycle_s=self.world.cycle_s,
+                               hold_cap_s=self.world.hold_cap_s)
             self._scenario = Scenario(loaded.spec, window(loaded.trace, start, end), config)
         return self._scenario
 
@@ -68,9 +70,11 @@ class Validator:
         state = copy.deepcopy(network.state_dict())
         meta = {"fee_weight": self.fee_weight, "chooser": self.chooser,
                 "communicate": self.communicate}
-        specs = [PolicySpec("dual-agent", weights=state, network=network.config, meta=meta)]
+        rules = RankingRules(dispatch=self.world.dispatch)
+        specs = [PolicySpec("dual-agent", weights=state, network=network.config, meta=meta,
+                            rules=rules)]
         if self._baseline is None:
-            specs.append(PolicySpec(BASELINE, baseline=BASELINE))
+            specs.append(PolicySpec(BASELINE, baseline=BASELINE, rules=rules))
         results = replay_policies(self.scenario(), specs, self.workers)
         if self._baseline is None:
             self._baseline = results[1]
