@@ -26,6 +26,19 @@ console = Console()
 _DEFAULT_WINDOWS = {"philly": "2017-12"}
 
 
+def _loads(ctx: click.Context, param: click.Parameter, value: str | None
+           ) -> tuple[float, ...] | None:
+    """``--loads``: :func:`~slurm_rl.training.sweep.parse_loads`'s rules, one clear line."""
+    from slurm_rl.training.sweep import parse_loads
+
+    if value is None:
+        return None
+    try:
+        return parse_loads(value)
+    except InputError as error:
+        raise click.BadParameter(error.reason, ctx, param) from None
+
+
 @click.command("train")
 @click.option("--output", type=WritableDir(),
               default=Path("policies/default"), show_default=True,
@@ -55,6 +68,10 @@ _DEFAULT_WINDOWS = {"philly": "2017-12"}
               help="Node-set chooser inside each GPU type.")
 @click.option("--no-communication", "no_communication", is_flag=True,
               help="Train the ablation without the placement agent's message.")
+@click.option("--loads", default=None, callback=_loads,
+              help="Train across offered loads (e.g. 0.5,0.7,0.85,1.0): each episode runs on "
+                   "the cluster scaled so that the training window offers one of them, drawn "
+                   "at random; validation replays its window at each (docs/training.md).")
 @click.option("--dispatch", is_flag=True,
               help="Episodes and validation in dispatch mode (docs/daemon.md, \"Dispatch\"): "
                    "only the policy starts jobs; for a daemon run with dispatch = true.")
@@ -91,6 +108,7 @@ def train_command(**options: Any) -> None:
     values["communicate"] = not options["no_communication"]
     values["progress"] = not options["quiet"]
     values["exp_name"] = options["output"].name
+    values["loads"] = options["loads"] or ()
     path = train(Args(**values))
     meta = load_bundle(path).meta
     console.print(f"bundle: {path} (checkpoint {meta['metrics']['checkpoint']}, "
@@ -105,19 +123,6 @@ def _names(text: str | None, option: str) -> list[str] | None:
     if not names:
         raise InputError(f"{option} names nothing")
     return names
-
-
-def _loads(ctx: click.Context, param: click.Parameter, value: str | None
-           ) -> tuple[float, ...] | None:
-    """``--loads``: :func:`~slurm_rl.training.sweep.parse_loads`'s rules, one clear line."""
-    from slurm_rl.training.sweep import parse_loads
-
-    if value is None:
-        return None
-    try:
-        return parse_loads(value)
-    except InputError as error:
-        raise click.BadParameter(error.reason, ctx, param) from None
 
 
 @click.command("evaluate")

@@ -40,12 +40,16 @@ def check_not_held_out(trace: str, *windows: str) -> None:
 @dataclass
 class EpisodeSampler:
     """Episode windows inside ``window_spec``: ``warmup_days`` of heuristic warm-up, then
-    ``episode_days`` for the agent, starting on a whole hour drawn uniformly."""
+    ``episode_days`` for the agent, starting on a whole hour drawn uniformly; with ``loads``,
+    each episode also draws one of them uniformly, the offered load its cluster is scaled to
+    (:class:`~slurm_rl.training.pool.WorldSpec`). Without ``loads`` nothing more is drawn, so
+    the episodes are those of a run before loads existed."""
 
     trace: Trace
     window_spec: str
     warmup_days: float
     episode_days: float
+    loads: tuple[float, ...] = ()
     used: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -63,11 +67,14 @@ class EpisodeSampler:
         specs = []
         for k in range(count):
             start = HOUR * np.floor(rng.uniform(self.low, self.high) / HOUR)
+            load = self.loads[int(rng.integers(len(self.loads)))] if self.loads else None
             specs.append(EpisodeSpec(
                 warmup_start=start - self.warmup_days * DAY,
                 start=start,
                 end=start + self.episode_days * DAY,
                 seed=seed * 1_000_003 + iteration * 1_009 + k,
+                load=load,
             ))
-            self.used.append(clock_to_datetime(start).isoformat())
+            when = clock_to_datetime(start).isoformat()
+            self.used.append(when if load is None else f"{when}@{load:g}")
         return specs

@@ -18,7 +18,7 @@ import multiprocessing
 import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
@@ -28,10 +28,11 @@ from torch import Tensor
 from slurm_rl.agents.dual.network import DualNetwork, NetworkConfig
 from slurm_rl.errors import InputError
 from slurm_rl.fairness import LONGEST_HOLD_S
+from slurm_rl.offered_load import load_points
 from slurm_rl.scenario import Scenario, build_simulation
 from slurm_rl.simulator.cluster_spec import ClusterSpec, load_cluster_spec
 from slurm_rl.simulator.engine import SimConfig
-from slurm_rl.traces import Trace, window
+from slurm_rl.traces import Trace, parse_window, window
 from slurm_rl.training.actors import RolloutConfig
 from slurm_rl.training.rollout import Episode, EpisodeSpec, run_episode
 from slurm_rl.workloads import open_workload
@@ -39,12 +40,21 @@ from slurm_rl.workloads import open_workload
 
 @dataclass(frozen=True)
 class WorldSpec:
-    """Where episodes happen: a trace (name or path) on a cluster spec, in slurm mode."""
+    """Where episodes happen: a trace (name or path) on a cluster spec, in slurm mode.
+
+    ``loads``: the offered loads an episode may be played at (its
+    :class:`~.rollout.EpisodeSpec` names one). The cluster is scaled to each as the load sweep
+    scales it (:func:`slurm_rl.offered_load.load_points`: every node group by one factor, the
+    GPU-type mix kept), the factor set by the offered load of ``load_window``'s jobs, the
+    training window: an episode at load 0.85 runs on the cluster that makes that whole window
+    a 0.85 load, so its own few days are as busy as the window is there."""
 
     trace: str
     cluster: str
     cycle_s: float = 10.0
     dispatch: bool = False  # jobs are held up to LONGEST_HOLD_S (the policies rank so too)
+    loads: tuple[float, ...] = ()
+    load_window: str | None = None
 
     @property
     def hold_cap_s(self) -> float:
@@ -58,18 +68,42 @@ class World:
     gpu_speed: Mapping[str, float]
     cycle_s: float
     hold_cap_s: float = SimConfig.hold_cap_s
+    scaled: Mapping[float, ClusterSpec] = field(default_factory=dict)  # by offered load
 
     @classmethod
     def load(cls, world: WorldSpec) -> World:
         from slurm_rl.scenario import gpu_speed_table
 
-        return cls(open_workload(world.trace), load_cluster_spec(world.cluster),
-                   gpu_speed_table(), world.cycle_s, world.hold_cap_s)
+        trace, spec = open_workload(world.trace), load_cluster_spec(world.cluster)
+        return cls(trace, spec, gpu_speed_table(), world.cycle_s, world.hold_cap_s,
+                   scaled_specs(trace, spec, world))
 
     def scenario(self, spec: EpisodeSpec) -> Scenario:
         jobs = window(self.trace, spec.warmup_start, spec.end)
-        return Scenario(self.spec, jobs, SimConfig(mode="slurm", cycle_s=self.cycle_s,
-                                                   seed=spec.seed, hold_cap_s=self.hold_cap_s))
+        return Scenario(self.cluster_at(spec.load), jobs,
+                        SimConfig(mode="slurm", cycle_s=self.cycle_s, seed=spec.seed,
+                                  hold_cap_s=self.hold_cap_s))
+
+    def cluster_at(self, load: float | None) -> ClusterSpec:
+        """The cluster spec scaled to offered load ``load`` (None: as specified)."""
+        if load is None:
+            return self.spec
+        if load not in self.scaled:
+            raise InputError(f"no cluster was scaled to load {load:g} (the world's loads: "
+                             f"{', '.join(f'{x:g}' for x in self.scaled) or 'none'})")
+        return self.scaled[load]
+
+
+def scaled_specs(trace: Trace, spec: ClusterSpec, world: WorldSpec) -> dict[float, ClusterSpec]:
+    """``spec`` scaled to each of ``world.loads`` (:class:`WorldSpec`); empty without loads."""
+    if not world.loads:
+        return {}
+    if world.load_window is None:
+        raise InputError("training at given loads needs the window whose load they scale")
+    start, end = parse_window(world.load_window)
+    reference = Scenario(spec, window(trace, start, end), SimConfig(mode="slurm"))
+    return {point.target: point.scenario.spec
+            for point in load_points(reference, world.loads)}
 
 
 Backend = Literal["auto", "processes", "ray"]

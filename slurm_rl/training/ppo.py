@@ -75,6 +75,10 @@ class Args:
     validation_window: str = "2017-09"
     warmup_days: float = 3.0  # heuristic warm-up before the agent takes over
     episode_days: float = 0.5  # the agent's part of an episode
+    # offered loads (the load sweep's, docs/sweep.md): each episode draws one and runs on the
+    # cluster scaled so that the training window offers it; validation replays its window at
+    # each. Empty: the cluster as specified
+    loads: tuple[float, ...] = ()
     # the reward and the agent
     fee_weight: float = 0.1  # λ: currency units worth one job-hour of JCT
     chooser: str = "rwgp-excluding"  # node sets inside a GPU type (agent.CHOOSERS)
@@ -127,17 +131,20 @@ def train(args: Args) -> Path:
 
     # ----- the world --------------------------------------------------------------------
     check_not_held_out(args.trace, args.train_window, args.validation_window)
-    world = WorldSpec(args.trace, args.cluster, dispatch=args.dispatch)
+    world = WorldSpec(args.trace, args.cluster, dispatch=args.dispatch, loads=args.loads,
+                      load_window=args.train_window)
     pool = RolloutPool(world, args.workers, args.torch_threads, args.backend)
     sampler = EpisodeSampler(pool.world.trace, args.train_window, args.warmup_days,
-                             args.episode_days)
+                             args.episode_days, args.loads)
     validator = Validator(world, args.validation_window, args.fee_weight, args.chooser,
-                          args.workers, args.communicate)
+                          args.workers, args.communicate, args.loads)
     curves = CurveLog(args.run_dir / args.exp_name, progress=args.progress)
 
     def validate(label: str) -> Checkpoint:
+        seen = len(validator.rows)
         best = validator.checkpoint(network, label, curves.print)
-        curves.validation(validator.rows[-1])
+        for row in validator.rows[seen:]:
+            curves.validation(row)
         return best
 
 

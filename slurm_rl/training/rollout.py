@@ -47,6 +47,8 @@ class EpisodeSpec:
     start: float
     end: float
     seed: int
+    # the offered load the episode's cluster is scaled to (WorldSpec.loads); None: as specified
+    load: float | None = None
 
 
 @dataclass(frozen=True)

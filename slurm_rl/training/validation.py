@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from torch import Tensor
@@ -19,11 +19,12 @@ from torch import Tensor
 from slurm_rl.agents.dual.network import DualNetwork
 from slurm_rl.fairness import RankingRules
 from slurm_rl.objective import cost, hours
+from slurm_rl.offered_load import load_points
 from slurm_rl.scenario import ReplayResult, Scenario
 from slurm_rl.simulator.engine import SimConfig
 from slurm_rl.traces import window
 from slurm_rl.traces.model import parse_window
-from slurm_rl.training.evaluate import PolicySpec, replay_policies
+from slurm_rl.training.evaluate import PolicySpec, replay_replicas
 from slurm_rl.training.pool import World, WorldSpec
 
 BASELINE = "qssf+fastest-gpu"
@@ -44,25 +45,37 @@ def objective(result: ReplayResult, fee_weight: float) -> float:
 
 @dataclass
 class Validator:
+    """Replays the validation window with each checkpoint's weights; keeps the best.
+
+    With ``loads`` the window is replayed once per offered load, its cluster scaled as the
+    load sweep scales it (:func:`~slurm_rl.offered_load.load_points`, by the window's own
+    load), and a checkpoint's score is the mean over the loads of its cost over the
+    baseline's there, so that no load's larger JCTs outweigh the others. With one replay that
+    ratio orders checkpoints as the cost itself does."""
+
     world: WorldSpec
     window_spec: str
     fee_weight: float
     chooser: str
     workers: int
     communicate: bool = True
+    loads: tuple[float, ...] = ()
     rows: list[dict[str, Any]] = field(default_factory=list)
     best: Checkpoint | None = None
-    _scenario: Scenario | None = None
-    _baseline: ReplayResult | None = None
+    _scenarios: list[tuple[float | None, Scenario]] | None = None
+    _baselines: list[ReplayResult] | None = None
 
-    def scenario(self) -> Scenario:
-        if self._scenario is None:
-            loaded = World.load(self.world)
+    def scenarios(self) -> list[tuple[float | None, Scenario]]:
+        """(the load or None, the scenario) of each validation replay."""
+        if self._scenarios is None:
+            loaded = World.load(replace(self.world, loads=()))
             start, end = parse_window(self.window_spec)
             config = SimConfig(mode="slurm", cycle_s=self.world.cycle_s,
                                hold_cap_s=self.world.hold_cap_s)
-            self._scenario = Scenario(loaded.spec, window(loaded.trace, start, end), config)
-        return self._scenario
+            base = Scenario(loaded.spec, window(loaded.trace, start, end), config)
+            self._scenarios = ([(p.target, p.scenario) for p in load_points(base, self.loads)]
+                               if self.loads else [(None, base)])
+        return self._scenarios
 
     def checkpoint(self, network: DualNetwork, label: str,
                    log: Callable[[str], None]) -> Checkpoint:
@@ -73,29 +86,38 @@ class Validator:
         rules = RankingRules(dispatch=self.world.dispatch)
         specs = [PolicySpec("dual-agent", weights=state, network=network.config, meta=meta,
                             rules=rules)]
-        if self._baseline is None:
+        if self._baselines is None:
             specs.append(PolicySpec(BASELINE, baseline=BASELINE, rules=rules))
-        results = replay_policies(self.scenario(), specs, self.workers)
-        if self._baseline is None:
-            self._baseline = results[1]
-        cost = objective(results[0], self.fee_weight)
-        self._record(label, results[0], cost, log)
-        if self.best is None or cost < self.best.cost:
-            self.best = Checkpoint(label, state, cost)
+        scenarios = self.scenarios()
+        results = replay_replicas([s for _, s in scenarios], specs, self.workers)
+        if self._baselines is None:
+            self._baselines = [per_load[1] for per_load in results]
+        ratios = []
+        for (load, _), per_load, baseline in zip(scenarios, results, self._baselines,
+                                                 strict=True):
+            ratios.append(self._record(label, load, per_load[0], baseline, log))
+        score = sum(ratios) / len(ratios)
+        if self.best is None or score < self.best.cost:
+            self.best = Checkpoint(label, state, score)
         return self.best
 
-    def _record(self, label: str, agent: ReplayResult, cost: float,
-                log: Callable[[str], None]) -> None:
-        assert self._baseline is not None
-        base = self._baseline.metrics
+    def _record(self, label: str, load: float | None, agent: ReplayResult,
+                baseline: ReplayResult, log: Callable[[str], None]) -> float:
+        """Logs one replay's row; returns the agent's cost over the baseline's."""
+        base = baseline.metrics
+        cost, base_cost = objective(agent, self.fee_weight), objective(baseline, self.fee_weight)
         row = {"label": label, "cost": cost, "avg_jct_h": agent.metrics.avg_jct_s / 3600.0,
                "fees": agent.metrics.total_fees, "baseline": BASELINE,
-               "baseline_cost": objective(self._baseline, self.fee_weight),
+               "baseline_cost": base_cost,
                "baseline_avg_jct_h": base.avg_jct_s / 3600.0, "baseline_fees": base.total_fees}
+        if load is not None:
+            row["load"] = load
         self.rows.append(row)
-        log(f"validation {self.window_spec} ({label}): dual agent avg JCT "
+        at = "" if load is None else f" at load {load:g}"
+        log(f"validation {self.window_spec}{at} ({label}): dual agent avg JCT "
             f"{row['avg_jct_h']:.2f} h, fees {row['fees']:,.0f}; {BASELINE} "
             f"{row['baseline_avg_jct_h']:.2f} h, {row['baseline_fees']:,.0f}")
+        return cost / base_cost if base_cost > 0 else cost
 
     def summary(self) -> list[dict[str, Any]]:
         return list(self.rows)

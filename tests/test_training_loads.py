@@ -1,0 +1,95 @@
+"""Training across offered loads (issue 21): each episode draws a load and runs on the
+cluster scaled as the load sweep scales it; validation replays its window at every load."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from slurm_rl.agents.dual.bundle import load_bundle
+from slurm_rl.cli.train import train_command
+from slurm_rl.errors import InputError
+from slurm_rl.offered_load import offered_load
+from slurm_rl.traces import parse_window, synthetic_philly, window
+from slurm_rl.training.episodes import EpisodeSampler
+from slurm_rl.training.pool import World, WorldSpec
+from slurm_rl.training.rollout import EpisodeSpec
+from tests.test_training_pipeline import TRAIN
+
+WINDOW = "2017-09-04T00:00:00:2017-09-06T00:00:00"
+
+
+def _gpus(world: World, load: float | None) -> int:
+    return sum(node.gpus for node in world.cluster_at(load).cluster.nodes)
+
+
+def test_without_loads_the_sampler_draws_what_it_drew_before() -> None:
+    trace = synthetic_philly(days=1.0, seed=0)
+    plain = EpisodeSampler(trace, "2017-10-01:2017-10-11", warmup_days=2.0, episode_days=1.0)
+    specs = plain.sample(np.random.default_rng(3), 8, seed=1, iteration=1)
+    assert all(spec.load is None for spec in specs)
+    # the rng is consumed exactly as before loads existed: one uniform draw per episode
+    rng = np.random.default_rng(3)
+    low, _ = parse_window("2017-10-01:2017-10-11")
+    starts = [3600 * np.floor(rng.uniform(low + 2 * 86400, plain.high) / 3600) for _ in specs]
+    assert [spec.start for spec in specs] == starts
+
+
+def test_with_loads_every_episode_draws_one_of_them_and_says_which() -> None:
+    trace = synthetic_philly(days=1.0, seed=0)
+    sampler = EpisodeSampler(trace, "2017-10-01:2017-10-11", 2.0, 1.0, loads=(0.5, 1.0))
+    specs = sampler.sample(np.random.default_rng(3), 40, seed=1, iteration=1)
+    assert {spec.load for spec in specs} == {0.5, 1.0}
+    assert all(used.endswith(f"@{spec.load:g}") for used, spec in zip(sampler.used, specs,
+                                                                       strict=True))
+    again = EpisodeSampler(trace, "2017-10-01:2017-10-11", 2.0, 1.0, loads=(0.5, 1.0))
+    assert again.sample(np.random.default_rng(3), 40, seed=1, iteration=1) == specs
+
+
+def test_an_episode_at_a_load_runs_on_the_cluster_scaled_to_offer_it() -> None:
+    world = World.load(WorldSpec("synthetic", "philly-hetero", loads=(0.5, 2.0),
+                                 load_window=WINDOW))
+    assert _gpus(world, 2.0) < _gpus(world, None) < _gpus(world, 0.5)
+    start, end = parse_window(WINDOW)
+    jobs = window(world.trace, start, end).jobs
+    for load in (0.5, 2.0):
+        achieved = offered_load(jobs, world.cluster_at(load), world.trace.reference_gpu).load
+        assert achieved == pytest.approx(load, rel=0.05)
+    spec = EpisodeSpec(warmup_start=start, start=start + 3600, end=start + 7200, seed=0,
+                       load=2.0)
+    assert world.scenario(spec).spec == world.cluster_at(2.0)
+    with pytest.raises(InputError, match="no cluster was scaled to load 0.7"):
+        world.cluster_at(0.7)
+
+
+def test_loads_need_the_window_that_sets_their_scale() -> None:
+    with pytest.raises(InputError, match="needs the window"):
+        World.load(WorldSpec("synthetic", "philly-hetero", loads=(1.0,)))
+
+
+@pytest.mark.slow
+def test_train_across_loads_validates_at_each_and_records_the_loads(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        train_command, [*TRAIN, "--loads", "0.5,2", "--output", str(tmp_path / "bundle"),
+                        "--run-dir", str(tmp_path / "runs")], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    meta = load_bundle(tmp_path / "bundle").meta
+    assert meta["training"]["args"]["loads"] == [0.5, 2.0]
+    assert all("@" in when for when in meta["training"]["episodes"])
+    rows = meta["metrics"]["validation"]
+    assert [(row["label"], row["load"]) for row in rows] == [
+        ("warm start", 0.5), ("warm start", 2.0), ("PPO 1", 0.5), ("PPO 1", 2.0)]
+    assert rows[1]["baseline_avg_jct_h"] >= rows[0]["baseline_avg_jct_h"]  # a busier cluster
+    validation = (tmp_path / "runs" / "bundle" / "validation.csv").read_text().splitlines()
+    assert len(validation) == 5 and "load" in validation[0]
+    assert json.loads(json.dumps(meta))  # the bundle's meta stays plain JSON
+
+
+def test_train_refuses_a_bad_load_in_one_line() -> None:
+    result = CliRunner().invoke(train_command, ["--loads", "0.5,zero", "--quiet"])
+    assert result.exit_code == 2
+    assert "--loads" in result.output and "'zero' is not a number" in result.output
