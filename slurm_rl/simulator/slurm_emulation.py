@@ -24,6 +24,7 @@ only masks its own nodes, as under backfill.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -85,11 +86,11 @@ def schedule_pass(
     ``scheduler``: ``backfill`` or ``builtin`` (the first unpinned job that cannot start ends
     the pass). Under backfill, up to ``reservations`` jobs that cannot start now are planned
     (:mod:`slurm_rl.simulator.backfill`, Slurm's conservative backfill); 1 is EASY."""
-    state: _Pass | PlannedPass
     if scheduler == "backfill" and reservations > 1:
-        state = PlannedPass(now, free_gpus, running, cluster, reservations)
-    else:
-        state = _Pass(now, free_gpus, running, cluster, backfill=scheduler == "backfill")
+        planned = PlannedPass(now, free_gpus, running, cluster, reservations)
+        planned.walk(list(itertools.islice(queue, depth)))
+        return planned.starts
+    state = _Pass(now, free_gpus, running, cluster, backfill=scheduler == "backfill")
     for item, _ in zip(queue, range(depth), strict=False):
         if state.exhausted:
             break  # not even one GPU is left outside the masks: nothing else can start
