@@ -230,6 +230,17 @@ def _of_type(job: Job, cluster: Cluster, order: Sequence[int]) -> list[int]:
     return [i for i in order if i in of_type]
 
 
+def _fewest_gpus_from(queue: Sequence[Queued]) -> list[float]:
+    """Per index of the queue, the fewest GPUs a job from there on asks for (any of its
+    one-type choices; inf past the end): no such job starts on fewer free GPUs."""
+    fewest: list[float] = [math.inf] * (len(queue) + 1)
+    for index in range(len(queue) - 1, -1, -1):
+        choices = queue[index].choices
+        gpus = choices[0].num_gpus if len(choices) == 1 else min(c.num_gpus for c in choices)
+        fewest[index] = min(gpus, fewest[index + 1])
+    return fewest
+
+
 def _start_key(item: Queued) -> tuple[object, ...]:
     """What decides whether a job can start now and where it is planned (see
     ``PlannedPass.no_start``)."""
@@ -280,6 +291,7 @@ class PlannedPass:
         self.free_total = sum(free_gpus)
         self._orders: dict[frozenset[int], list[int]] = {}
         self._may_start = 0  # the queue index of a job that could start now, last asked
+        self._fewest: list[float] = [math.inf]  # per queue index, walk's _fewest_gpus_from
         # per shape, the last planned start: the map only fills up, so a job of the same
         # shape cannot be planned earlier
         self._planned_at: dict[tuple[object, ...], float] = {}
@@ -289,10 +301,12 @@ class PlannedPass:
         return self.free_total <= 0
 
     def walk(self, queue: Sequence[Queued]) -> None:
-        """Consider the queue's jobs in order, until no GPU is left or no job after the
-        current one can start any more."""
+        """Consider the queue's jobs in order, until no job from the current one on asks
+        for as few GPUs as are free, or none after it can start any more."""
+        self._fewest = _fewest_gpus_from(queue)
         for index, item in enumerate(queue):
-            if self.exhausted or not self.consider(item, queue, index):
+            if (self.exhausted or self._fewest[index] > self.free_total
+                    or not self.consider(item, queue, index)):
                 break
 
     def consider(self, item: Queued, queue: Sequence[Queued] = (), index: int = 0) -> bool:
@@ -329,8 +343,11 @@ class PlannedPass:
         one found able is asked first next time. (Only then does planning pay: a plan
         changes nothing but what later jobs may start.)"""
         after = max(self._may_start, index + 1)
-        while after < len(queue) and not self._could_start(queue[after]):
+        while (after < len(queue) and self._fewest[after] <= self.free_total
+               and not self._could_start(queue[after])):
             after += 1
+        if after < len(queue) and self._fewest[after] > self.free_total:
+            after = len(queue)  # none from there on asks for as few GPUs as are free
         self._may_start = after
         return after < len(queue)
 
