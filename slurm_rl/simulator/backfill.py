@@ -142,11 +142,21 @@ def earliest(job: Job, pin: Placement | None, order: Sequence[int], free: FreeMa
 
 def _nodes_lasting(held: np.ndarray, ends: np.ndarray, least: int | np.ndarray) -> np.ndarray:
     """Per row ``k``, how many columns hold at least ``least`` GPUs in every row of
-    ``[k, ends[k])``: a column lasts until its next row short of ``least``."""
-    count = held.shape[0]
-    short = np.where(held < least, np.arange(count)[:, None], count)
-    next_short = np.minimum.accumulate(short[::-1], axis=0)[::-1]
-    lasting: np.ndarray = (next_short >= ends[:, None]).sum(axis=1)
+    ``[k, ends[k])``. A column's rows with that many are runs; ``ends`` never falls from
+    one row to the next, so the rows of a run whose window stays in it are its first
+    ones, up to the first whose window passes the run's end. Each such stretch counts
+    one for its rows (numpy's running minimum down a column is far slower)."""
+    rows, columns = held.shape
+    padded = np.zeros((columns, rows + 2), dtype=np.int8)  # a column a line, gaps at ends
+    padded[:, 1:-1] = (held >= least).T
+    steps = np.diff(padded, axis=1).ravel()
+    firsts = np.flatnonzero(steps == 1) % (rows + 1)  # per run, its first row
+    stops = np.flatnonzero(steps == -1) % (rows + 1)  # and the row after its last
+    lasts = np.minimum(stops, np.searchsorted(ends, stops, side="right"))
+    counted = firsts < lasts
+    starts_less_stops = (np.bincount(firsts[counted], minlength=rows + 1)
+                         - np.bincount(lasts[counted], minlength=rows + 1))
+    lasting: np.ndarray = np.cumsum(starts_less_stops)[:rows]
     return lasting
 
 
