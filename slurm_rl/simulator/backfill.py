@@ -127,11 +127,24 @@ def earliest(job: Job, pin: Placement | None, order: Sequence[int], free: FreeMa
     times = free.times_array
     ends = np.maximum(np.searchsorted(times, times[from_row:] + limit, side="left"),
                       np.arange(from_row + 1, len(times) + 1)) - from_row
-    fits: np.ndarray = held.sum(axis=1) >= job.num_gpus
     if pin is not None:
-        fits &= _nodes_lasting(held, ends, np.asarray(pin.gpus, dtype=np.int64)) == len(pin.gpus)
+        fits = ((held.sum(axis=1) >= job.num_gpus)
+                & (_nodes_lasting(held, ends, np.asarray(pin.gpus, dtype=np.int64))
+                   == len(pin.gpus)))
         return (from_row + int(np.argmax(fits)), pin) if fits.any() else None
-    for size, count in _share_needs(fixed_shape(job)):
+    needs = _share_needs(fixed_shape(job))
+    if len(needs) == 1 and needs[0][1] == 1:  # one node: the first row a node lasts from
+        firsts, _ = _runs_lasting(held, ends, max(needs[0][0], 1))
+        if not len(firsts):
+            return None
+        k = from_row + int(firsts.min())
+        placement = place_in_order(job, cluster, free.available(k, limit), order)
+        if placement is not None:
+            return k, placement
+    # (the rows' own GPUs need no check: as many nodes as shares, each with room for its
+    # share or at least one GPU, hold the job's GPUs)
+    fits = np.ones(len(held), dtype=bool)
+    for size, count in needs:
         fits &= _nodes_lasting(held, ends, max(size, 1)) >= count
     for k in (from_row + np.flatnonzero(fits)).tolist():
         placement = place_in_order(job, cluster, free.available(k, limit), order)
@@ -140,22 +153,30 @@ def earliest(job: Job, pin: Placement | None, order: Sequence[int], free: FreeMa
     return None
 
 
-def _nodes_lasting(held: np.ndarray, ends: np.ndarray, least: int | np.ndarray) -> np.ndarray:
-    """Per row ``k``, how many columns hold at least ``least`` GPUs in every row of
-    ``[k, ends[k])``. A column's rows with that many are runs; ``ends`` never falls from
-    one row to the next, so the rows of a run whose window stays in it are its first
-    ones, up to the first whose window passes the run's end. Each such stretch counts
-    one for its rows (numpy's running minimum down a column is far slower)."""
+def _runs_lasting(held: np.ndarray, ends: np.ndarray, least: int | np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Per column, its runs of rows that hold at least ``least`` GPUs; per such run whose
+    first row's window ``[k, ends[k])`` stays in it, the rows whose windows do: from its
+    first row to before ``lasts`` (``ends`` never falls from one row to the next, so those
+    are the run's first rows, up to the first whose window passes the run's end)."""
     rows, columns = held.shape
-    padded = np.zeros((columns, rows + 2), dtype=np.int8)  # a column a line, gaps at ends
+    padded = np.zeros((columns, rows + 2), dtype=bool)  # a column a line, gaps at ends
     padded[:, 1:-1] = (held >= least).T
-    steps = np.diff(padded, axis=1).ravel()
-    firsts = np.flatnonzero(steps == 1) % (rows + 1)  # per run, its first row
-    stops = np.flatnonzero(steps == -1) % (rows + 1)  # and the row after its last
+    edges = np.flatnonzero(padded[:, 1:] != padded[:, :-1]) % (rows + 1)
+    firsts, stops = edges[0::2], edges[1::2]  # per run (runs alternate with gaps in a line)
     lasts = np.minimum(stops, np.searchsorted(ends, stops, side="right"))
     counted = firsts < lasts
-    starts_less_stops = (np.bincount(firsts[counted], minlength=rows + 1)
-                         - np.bincount(lasts[counted], minlength=rows + 1))
+    return firsts[counted], lasts[counted]
+
+
+def _nodes_lasting(held: np.ndarray, ends: np.ndarray, least: int | np.ndarray) -> np.ndarray:
+    """Per row ``k``, how many columns hold at least ``least`` GPUs in every row of
+    ``[k, ends[k])``: each run of ``_runs_lasting`` counts one for its rows (numpy's
+    running minimum down a column is far slower)."""
+    rows = held.shape[0]
+    firsts, lasts = _runs_lasting(held, ends, least)
+    starts_less_stops = (np.bincount(firsts, minlength=rows + 1)
+                         - np.bincount(lasts, minlength=rows + 1))
     lasting: np.ndarray = np.cumsum(starts_less_stops)[:rows]
     return lasting
 
