@@ -5,12 +5,16 @@ replace, on random inputs: the golden schedules prove them on replays, these on 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from slurm_rl.agents.nodesets import place_in_order
 from slurm_rl.core import Cluster, Job, Node, Placement
+from slurm_rl.simulator import backfill
 from slurm_rl.simulator.backfill import FreeMap, _nodes_lasting, earliest
+from slurm_rl.simulator.slurm_emulation import QueuedJob, RunningShape, schedule_pass
 
 
 def _by_hand(held: np.ndarray, ends: np.ndarray, least: np.ndarray) -> list[int]:
@@ -89,3 +93,44 @@ def _random_job(rng: np.random.Generator) -> Job:
     per_node = int(rng.integers(1, 5))
     return Job("j", 0.0, per_node * nodes, num_nodes=nodes, gpus_per_node=per_node,
                gpu_type=gpu_type, time_limit=limit)
+
+
+def test_a_pass_that_ends_early_starts_what_a_full_walk_starts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass ends once no later job can start now (too few GPUs free for any, or none
+    fits around the plan); walking and planning the whole queue starts the same jobs."""
+    rng = np.random.default_rng(8)
+    cluster = Cluster("mixed", tuple(Node(f"n{i}", ("a100", "v100")[i % 2], (4, 8)[i % 3 == 0])
+                                     for i in range(7)))
+    cases = []
+    for _ in range(150):
+        running = [RunningShape(float(rng.integers(1, 80)), (int(node),),
+                                (int(rng.integers(1, 4)),))
+                   for node in rng.integers(0, 7, size=int(rng.integers(0, 10)))]
+        free = [int(rng.integers(0, 4)) for _ in range(7)]
+        queue = [_random_queued(rng, cluster, k) for k in range(int(rng.integers(1, 30)))]
+        cases.append((free, running, queue, int(rng.integers(1, 8))))
+    quick = [_started(case, cluster) for case in cases]
+    monkeypatch.setattr(backfill, "_fewest_gpus_from",
+                        lambda queue: [-math.inf] * (len(queue) + 1))
+    monkeypatch.setattr(backfill.PlannedPass, "_one_may_start_after", lambda self, *_: True)
+    assert quick == [_started(case, cluster) for case in cases]
+
+
+def _started(case: tuple[list[int], list[RunningShape], list[QueuedJob], int],
+             cluster: Cluster) -> list[tuple[str, Placement]]:
+    free, running, queue, reservations = case
+    return [(job.job_id, placement) for job, placement in schedule_pass(
+        0.0, iter(queue), list(free), lambda: running, cluster, reservations=reservations)]
+
+
+def _random_queued(rng: np.random.Generator, cluster: Cluster, k: int) -> QueuedJob:
+    job = replace(_random_job(rng), job_id=f"j{k}")
+    if rng.random() < 0.15 and job.num_nodes == 1 and not job.gpu_type:
+        node = int(rng.integers(0, len(cluster.nodes)))
+        return QueuedJob(job, -k, Placement((cluster.nodes[node].name,), (job.num_gpus,)))
+    excluded = frozenset(int(i) for i in rng.integers(0, 7, size=int(rng.integers(0, 3))))
+    if rng.random() < 0.2 and not job.gpu_type and job.num_gpus >= 2:  # Features=[a100|v100]
+        one_of = tuple(replace(job, gpu_type=t) for t in ("a100", "v100"))
+        return QueuedJob(job, -k, excluded=excluded, one_of=one_of)
+    return QueuedJob(job, -k, excluded=excluded)
