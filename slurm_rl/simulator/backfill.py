@@ -322,6 +322,8 @@ class PlannedPass:
         self.free_total = sum(free_gpus)
         self._orders: dict[frozenset[int], list[int]] = {}
         self._may_start = 0  # the queue index of a job that could start now, last asked
+        # while it still can (_still_able): the nodes it would start on, and until when
+        self._able: tuple[frozenset[int], float] | None = None
         self._fewest: list[float] = [math.inf]  # per queue index, walk's _fewest_gpus_from
         # per shape, the last planned start: the map only fills up, so a job of the same
         # shape cannot be planned earlier
@@ -374,6 +376,8 @@ class PlannedPass:
         one found able is asked first next time. (Only then does planning pay: a plan
         changes nothing but what later jobs may start.)"""
         after = max(self._may_start, index + 1)
+        if after == self._may_start < len(queue) and self._still_able(queue[after]):
+            return True
         while (after < len(queue) and self._fewest[after] <= self.free_total
                and not self._could_start(queue[after])):
             after += 1
@@ -384,8 +388,24 @@ class PlannedPass:
 
     def _could_start(self, item: Queued) -> bool:
         """What ``consider`` would find if the job came now: not one of a shape found
-        unable to start, and fitting now for its whole limit."""
-        return _start_key(item) not in self.no_start and self._now_any(item) is not None
+        unable to start, and fitting now for its whole limit (then kept: _still_able)."""
+        self._able = None
+        if _start_key(item) in self.no_start:
+            return False
+        placement = self._now_any(item)
+        if placement is None:
+            return False
+        self._able = (frozenset(self.cluster.index(n) for n in placement.nodes),
+                      self.now + job_limit(item.job))
+        return True
+
+    def _still_able(self, item: Queued) -> bool:
+        """Whether the job last found able to start still is, without placing it again:
+        so it is while no start came since and no plan booked one of its nodes before its
+        limit would end (it would find the same nodes: a first fit passes over the others
+        as before) and its shape has not joined ``no_start``. (A wrong yes would only cost
+        plans: the pass would walk on, as it did before it could end early.)"""
+        return self._able is not None and _start_key(item) not in self.no_start
 
     def _order(self, excluded: frozenset[int]) -> list[int]:
         order = self._orders.get(excluded)
@@ -411,6 +431,7 @@ class PlannedPass:
         if self.map is not None:
             self.map.book(self.now, job_limit(job), placement, self.cluster)
         self.starts.append((job, placement))
+        self._able = None
 
     def _plan(self, choices: tuple[Job, ...], pin: Placement | None, order: list[int],
               key: tuple[object, ...]) -> None:
@@ -429,6 +450,9 @@ class PlannedPass:
         row, placement = min(found, key=lambda f: f[0])
         self._planned_at[key] = self.map.times[row]
         self.map.book(self.map.times[row], job_limit(choices[0]), placement, self.cluster)
+        if self._able is not None and self.map.times[row] < self._able[1] and not (
+                self._able[0].isdisjoint(self.cluster.index(n) for n in placement.nodes)):
+            self._able = None  # the plan takes GPUs the able job was to start on
 
     def _build_map(self) -> FreeMap:
         releases = [(r.limit_end, r.nodes, r.gpus) for r in self.running()]
