@@ -111,10 +111,11 @@ def earliest(job: Job, pin: Placement | None, order: Sequence[int], free: FreeMa
     where: on its pin, or Slurm's first fit over ``order``; None if it never does.
 
     Rows are screened with numpy on the job's candidate nodes (its pin, or ``order`` less
-    the nodes of other GPU types) by necessary conditions: enough GPUs in the row itself,
-    and per share size, enough nodes free by that much throughout the row's window (for a
-    pin, its nodes by its GPUs: exact). A row that passes is placed in Python, first fit
-    over ``order``, which decides; so the row found is the one a row-by-row walk finds."""
+    the nodes of other GPU types) by a necessary condition: per share size, enough nodes
+    free by that much throughout the row's window (for a pin: each of its nodes by its
+    GPUs, exact). A row that passes is placed in Python, first fit over ``order``, which
+    decides; so the row found is the one a row-by-row walk finds (a free shape: see
+    ``_earliest_free_shape``)."""
     held = free.rows
     if pin is not None:
         held = held[:, [cluster.index(n) for n in pin.nodes]]
@@ -308,7 +309,9 @@ class PlannedPass:
     """One backfill pass over the queue, highest priority first: start what fits now for
     its whole limit around the plan, plan the rest (up to ``max_reservations`` jobs; jobs
     after that may still start now, around the plan so far). The map is built only once a
-    job has to be planned: until then no job is planned, and free GPUs only grow later."""
+    job has to be planned: until then no job is planned, and free GPUs only grow later.
+    The pass ends once no later job can start now: what is planned after that changes no
+    start, and a pass returns only its starts (``walk``)."""
 
     def __init__(self, now: float, free_gpus: list[int],
                  running: Callable[[], Sequence[Running]], cluster: Cluster,
@@ -342,7 +345,7 @@ class PlannedPass:
                     or not self.consider(item, queue, index)):
                 break
 
-    def consider(self, item: Queued, queue: Sequence[Queued] = (), index: int = 0) -> bool:
+    def consider(self, item: Queued, queue: Sequence[Queued], index: int) -> bool:
         """Start the job now or plan it. False: the pass may end here, for no job after it
         in ``queue`` (``item`` is ``queue[index]``) can start now whatever is planned."""
         job = item.job
