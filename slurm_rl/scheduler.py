@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from operator import attrgetter
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
@@ -73,6 +73,7 @@ class Scheduler:
         self.last_reranking: Reranking | None = None
         self.last_reservation: Reservation | None = None
         self.started = StartedWaits(self.rules.window_s)
+        self._abilities: tuple[PlacementPolicy | None, bool, bool] = (None, False, False)
 
     @property
     def policy_id(self) -> str:
@@ -119,9 +120,9 @@ class Scheduler:
 
     def _moves(self, snapshot: ClusterSnapshot, free: list[int]) -> dict[JobId, Placement]:
         """Running jobs the placement moves into the GPUs left in ``free``."""
-        if not isinstance(self.placement, MigratingPlacement) or not any(free):
+        if not self._can()[0] or not any(free):
             return {}
-        return self.placement.migrations(snapshot, free)
+        return cast(MigratingPlacement, self.placement).migrations(snapshot, free)
 
     def _place(
         self, snapshot: ClusterSnapshot, jobs: list[Job], free: list[int]
@@ -175,16 +176,26 @@ class Scheduler:
                 held = self.last_reservation = held.holding(index, free[index])
             unheld[index] = free[index] - held.held[index]
 
+    def _can(self) -> tuple[bool, bool]:
+        """Whether the placement can move running jobs, and keep jobs off nodes. Asked
+        once per placement: a check against a runtime protocol costs tens of µs, every
+        decision twice."""
+        if self._abilities[0] is not self.placement:
+            self._abilities = (self.placement, isinstance(self.placement, MigratingPlacement),
+                               isinstance(self.placement, ExcludingPlacement))
+        return self._abilities[1], self._abilities[2]
+
     def _exclusions(
         self, snapshot: ClusterSnapshot, jobs: list[Job], placements: dict[JobId, Placement]
     ) -> dict[JobId, tuple[str, ...]]:
         """For released jobs left without a node set, the nodes Slurm must keep them off."""
-        if not isinstance(self.placement, ExcludingPlacement):
+        if not self._can()[1]:
             return {}
+        placement = cast(ExcludingPlacement, self.placement)
         found: dict[JobId, tuple[str, ...]] = {}
         for job in jobs:
             if job.job_id not in placements:
-                nodes = self.placement.exclusions(job, snapshot)
+                nodes = placement.exclusions(job, snapshot)
                 if nodes:
                     found[job.job_id] = nodes
         return found

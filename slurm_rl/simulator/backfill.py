@@ -110,17 +110,89 @@ def earliest(job: Job, pin: Placement | None, order: Sequence[int], free: FreeMa
     """The first row (from ``from_row``) at which the job fits for its whole limit, and
     where: on its pin, or Slurm's first fit over ``order``; None if it never does.
 
-    What a row's window holds (the least free GPUs from the row on for the job's limit)
-    is found with numpy on the job's candidate nodes (its pin, or ``order`` less the nodes
-    of other GPU types), for rows in chunks of growing size (most jobs fit within the
-    first few candidate rows); a row is placed in Python only once its window passes the
-    necessary conditions (enough GPUs; for a fixed shape, nodes with room for the shares)."""
+    Rows are screened with numpy on the job's candidate nodes (its pin, or ``order`` less
+    the nodes of other GPU types) by a necessary condition: per share size, enough nodes
+    free by that much throughout the row's window (for a pin: each of its nodes by its
+    GPUs, exact). A row that passes is placed in Python, first fit over ``order``, which
+    decides; so the row found is the one a row-by-row walk finds (a free shape: see
+    ``_earliest_free_shape``)."""
     held = free.rows
     if pin is not None:
         held = held[:, [cluster.index(n) for n in pin.nodes]]
     elif job.gpu_type or len(order) < held.shape[1]:  # (else every node: no copy)
         held = held[:, _of_type(job, cluster, order)]
-    # what a row holds bounds what its window holds: skip rows too full to be candidates
+    if pin is None and job.gpus_per_node is None and job.num_nodes is None:
+        return _earliest_free_shape(job, order, held, free, cluster, from_row)
+    held = held[from_row:]
+    limit = job_limit(job)
+    times = free.times_array
+    ends = np.maximum(np.searchsorted(times, times[from_row:] + limit, side="left"),
+                      np.arange(from_row + 1, len(times) + 1)) - from_row
+    if pin is not None:
+        fits = ((held.sum(axis=1) >= job.num_gpus)
+                & (_nodes_lasting(held, ends, np.asarray(pin.gpus, dtype=np.int64))
+                   == len(pin.gpus)))
+        return (from_row + int(np.argmax(fits)), pin) if fits.any() else None
+    needs = _share_needs(fixed_shape(job))
+    if len(needs) == 1 and needs[0][1] == 1:  # one node: the first row a node lasts from
+        firsts, _ = _runs_lasting(held, ends, max(needs[0][0], 1))
+        if not len(firsts):
+            return None
+        k = from_row + int(firsts.min())
+        placement = place_in_order(job, cluster, free.available(k, limit), order)
+        if placement is not None:
+            return k, placement
+    # (the rows' own GPUs need no check: as many nodes as shares, each with room for its
+    # share or at least one GPU, hold the job's GPUs)
+    fits = np.ones(len(held), dtype=bool)
+    for size, count in needs:
+        fits &= _nodes_lasting(held, ends, max(size, 1)) >= count
+    for k in (from_row + np.flatnonzero(fits)).tolist():
+        placement = place_in_order(job, cluster, free.available(k, limit), order)
+        if placement is not None:
+            return k, placement
+    return None
+
+
+def _runs_lasting(held: np.ndarray, ends: np.ndarray, least: int | np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Per column, its runs of rows that hold at least ``least`` GPUs; per such run whose
+    first row's window ``[k, ends[k])`` stays in it, the rows whose windows do: from its
+    first row to before ``lasts`` (``ends`` never falls from one row to the next, so those
+    are the run's first rows, up to the first whose window passes the run's end)."""
+    rows, columns = held.shape
+    padded = np.zeros((columns, rows + 2), dtype=bool)  # a column a line, gaps at ends
+    padded[:, 1:-1] = (held >= least).T
+    edges = np.flatnonzero(padded[:, 1:] != padded[:, :-1]) % (rows + 1)
+    firsts, stops = edges[0::2], edges[1::2]  # per run (runs alternate with gaps in a line)
+    lasts = np.minimum(stops, np.searchsorted(ends, stops, side="right"))
+    counted = firsts < lasts
+    return firsts[counted], lasts[counted]
+
+
+def _nodes_lasting(held: np.ndarray, ends: np.ndarray, least: int | np.ndarray) -> np.ndarray:
+    """Per row ``k``, how many columns hold at least ``least`` GPUs in every row of
+    ``[k, ends[k])``: each run of ``_runs_lasting`` counts one for its rows (numpy's
+    running minimum down a column is far slower)."""
+    rows = held.shape[0]
+    firsts, lasts = _runs_lasting(held, ends, least)
+    starts_less_stops = (np.bincount(firsts, minlength=rows + 1)
+                         - np.bincount(lasts, minlength=rows + 1))
+    lasting: np.ndarray = np.cumsum(starts_less_stops)[:rows]
+    return lasting
+
+
+def _share_needs(shares: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Per share size (shares largest first), how many shares are at least that large:
+    so many nodes must hold that many GPUs."""
+    return [(size, sum(1 for share in shares if share >= size)) for size in sorted(set(shares))]
+
+
+def _earliest_free_shape(job: Job, order: Sequence[int], held: np.ndarray, free: FreeMap,
+                         cluster: Cluster, from_row: int) -> tuple[int, Placement] | None:
+    """``earliest`` for a job of free shape: it fits where its window's least free GPUs
+    add up to its GPUs. The window minima of candidate rows (those whose own GPUs suffice)
+    are found in chunks of growing size (most jobs fit within the first few)."""
     rows = from_row + np.flatnonzero(held[from_row:].sum(axis=1) >= job.num_gpus)
     limit = job_limit(job)
     times = free.times_array
@@ -130,16 +202,10 @@ def earliest(job: Job, pin: Placement | None, order: Sequence[int], free: FreeMa
         starts, stops = rows[first:first + size], ends[first:first + size]
         low = int(starts[0])
         windows = _window_minima(held[low:int(stops.max())], starts - low, stops - low)
-        if pin is not None:
-            fits = (windows >= np.asarray(pin.gpus, dtype=np.int64)).all(axis=1)
-            if fits.any():
-                return int(starts[np.argmax(fits)]), pin
-        else:
-            fits = (windows.sum(axis=1) >= job.num_gpus) & _room_for_shares(job, windows)
-            for k in starts[fits].tolist():
-                placement = place_in_order(job, cluster, free.available(k, limit), order)
-                if placement is not None:
-                    return k, placement
+        for k in starts[windows.sum(axis=1) >= job.num_gpus].tolist():
+            placement = place_in_order(job, cluster, free.available(k, limit), order)
+            if placement is not None:
+                return k, placement
         first, size = first + size, size * 4
     return None
 
@@ -196,19 +262,23 @@ def _of_type(job: Job, cluster: Cluster, order: Sequence[int]) -> list[int]:
     return [i for i in order if i in of_type]
 
 
-def _room_for_shares(job: Job, windows: np.ndarray) -> np.ndarray:
-    """Per window, whether it passes what a fixed shape needs: a node with room for the
-    largest share, and as many nodes as shares with room for the smallest (the greedy of
-    nodesets._fixed_shape). A free shape needs only enough GPUs in all."""
-    if job.gpus_per_node is None and job.num_nodes is None:
-        return np.ones(len(windows), dtype=bool)
-    shares = fixed_shape(job)
-    if windows.shape[1] == 0:
-        return np.zeros(len(windows), dtype=bool)
-    largest: np.ndarray = windows.max(axis=1) >= max(shares[0], 1)
-    enough: np.ndarray = (windows >= max(shares[-1], 1)).sum(axis=1) >= len(shares)
-    both: np.ndarray = largest & enough
-    return both
+def _fewest_gpus_from(queue: Sequence[Queued]) -> list[float]:
+    """Per index of the queue, the fewest GPUs a job from there on asks for (any of its
+    one-type choices; inf past the end): no such job starts on fewer free GPUs."""
+    fewest: list[float] = [math.inf] * (len(queue) + 1)
+    for index in range(len(queue) - 1, -1, -1):
+        choices = queue[index].choices
+        gpus = choices[0].num_gpus if len(choices) == 1 else min(c.num_gpus for c in choices)
+        fewest[index] = min(gpus, fewest[index + 1])
+    return fewest
+
+
+def _start_key(item: Queued) -> tuple[object, ...]:
+    """What decides whether a job can start now and where it is planned (see
+    ``PlannedPass.no_start``)."""
+    job = item.job
+    return (job.num_gpus, job.num_nodes, job.gpus_per_node, job.gpu_type, item.excluded,
+            job_limit(job), item.pin, len(item.choices))
 
 
 class Queued(Protocol):
@@ -239,7 +309,9 @@ class PlannedPass:
     """One backfill pass over the queue, highest priority first: start what fits now for
     its whole limit around the plan, plan the rest (up to ``max_reservations`` jobs; jobs
     after that may still start now, around the plan so far). The map is built only once a
-    job has to be planned: until then no job is planned, and free GPUs only grow later."""
+    job has to be planned: until then no job is planned, and free GPUs only grow later.
+    The pass ends once no later job can start now: what is planned after that changes no
+    start, and a pass returns only its starts (``walk``)."""
 
     def __init__(self, now: float, free_gpus: list[int],
                  running: Callable[[], Sequence[Running]], cluster: Cluster,
@@ -252,6 +324,10 @@ class PlannedPass:
         self.no_start: set[tuple[object, ...]] = set()  # shapes that cannot start now
         self.free_total = sum(free_gpus)
         self._orders: dict[frozenset[int], list[int]] = {}
+        self._may_start = 0  # the queue index of a job that could start now, last asked
+        # while it still can (_still_able): the nodes it would start on, and until when
+        self._able: tuple[frozenset[int], float] | None = None
+        self._fewest: list[float] = [math.inf]  # per queue index, walk's _fewest_gpus_from
         # per shape, the last planned start: the map only fills up, so a job of the same
         # shape cannot be planned earlier
         self._planned_at: dict[tuple[object, ...], float] = {}
@@ -260,24 +336,79 @@ class PlannedPass:
     def exhausted(self) -> bool:
         return self.free_total <= 0
 
-    def consider(self, item: Queued) -> None:
+    def walk(self, queue: Sequence[Queued]) -> None:
+        """Consider the queue's jobs in order, until no job from the current one on asks
+        for as few GPUs as are free, or none after it can start any more."""
+        self._fewest = _fewest_gpus_from(queue)
+        for index, item in enumerate(queue):
+            if (self.exhausted or self._fewest[index] > self.free_total
+                    or not self.consider(item, queue, index)):
+                break
+
+    def consider(self, item: Queued, queue: Sequence[Queued], index: int) -> bool:
+        """Start the job now or plan it. False: the pass may end here, for no job after it
+        in ``queue`` (``item`` is ``queue[index]``) can start now whatever is planned."""
         job = item.job
         choices = item.choices
-        key = (job.num_gpus, job.num_nodes, job.gpus_per_node, job.gpu_type, item.excluded,
-               job_limit(job), item.pin, len(choices))
+        key = _start_key(item)
         if key in self.no_start and self.planned >= self.max_reservations:
-            return
-        order = self._order(item.excluded)
+            return True
         placement = None
         if key not in self.no_start:
-            placement = next((p for p in (self._now(c, item.pin, order) for c in choices)
-                              if p is not None), None)
+            placement = self._now_any(item)
         if placement is not None:
             self._start(job, placement)
-            return
+            return True
         self.no_start.add(key)
         if self.planned < self.max_reservations:
-            self._plan(choices, item.pin, order, key)
+            if not self._one_may_start_after(queue, index):
+                return False
+            self._plan(choices, item.pin, self._order(item.excluded), key)
+        return True
+
+    def _now_any(self, item: Queued) -> Placement | None:
+        """Where the job starts now (its first one-type choice that fits), or None."""
+        order = self._order(item.excluded)
+        return next((p for p in (self._now(c, item.pin, order) for c in item.choices)
+                     if p is not None), None)
+
+    def _one_may_start_after(self, queue: Sequence[Queued], index: int) -> bool:
+        """Whether a job after ``queue[index]`` can still start now. A plan only books
+        GPUs and a start only takes them, so what cannot start now on this pass's map
+        cannot later in the pass either: a job found so is passed over for good, and the
+        one found able is asked first next time. (Only then does planning pay: a plan
+        changes nothing but what later jobs may start.)"""
+        after = max(self._may_start, index + 1)
+        if after == self._may_start < len(queue) and self._still_able(queue[after]):
+            return True
+        while (after < len(queue) and self._fewest[after] <= self.free_total
+               and not self._could_start(queue[after])):
+            after += 1
+        if after < len(queue) and self._fewest[after] > self.free_total:
+            after = len(queue)  # none from there on asks for as few GPUs as are free
+        self._may_start = after
+        return after < len(queue)
+
+    def _could_start(self, item: Queued) -> bool:
+        """What ``consider`` would find if the job came now: not one of a shape found
+        unable to start, and fitting now for its whole limit (then kept: _still_able)."""
+        self._able = None
+        if _start_key(item) in self.no_start:
+            return False
+        placement = self._now_any(item)
+        if placement is None:
+            return False
+        self._able = (frozenset(self.cluster.index(n) for n in placement.nodes),
+                      self.now + job_limit(item.job))
+        return True
+
+    def _still_able(self, item: Queued) -> bool:
+        """Whether the job last found able to start still is, without placing it again:
+        so it is while no start came since and no plan booked one of its nodes before its
+        limit would end (it would find the same nodes: a first fit passes over the others
+        as before) and its shape has not joined ``no_start``. (A wrong yes would only cost
+        plans: the pass would walk on, as it did before it could end early.)"""
+        return self._able is not None and _start_key(item) not in self.no_start
 
     def _order(self, excluded: frozenset[int]) -> list[int]:
         order = self._orders.get(excluded)
@@ -303,6 +434,7 @@ class PlannedPass:
         if self.map is not None:
             self.map.book(self.now, job_limit(job), placement, self.cluster)
         self.starts.append((job, placement))
+        self._able = None
 
     def _plan(self, choices: tuple[Job, ...], pin: Placement | None, order: list[int],
               key: tuple[object, ...]) -> None:
@@ -321,6 +453,9 @@ class PlannedPass:
         row, placement = min(found, key=lambda f: f[0])
         self._planned_at[key] = self.map.times[row]
         self.map.book(self.map.times[row], job_limit(choices[0]), placement, self.cluster)
+        if self._able is not None and self.map.times[row] < self._able[1] and not (
+                self._able[0].isdisjoint(self.cluster.index(n) for n in placement.nodes)):
+            self._able = None  # the plan takes GPUs the able job was to start on
 
     def _build_map(self) -> FreeMap:
         releases = [(r.limit_end, r.nodes, r.gpus) for r in self.running()]

@@ -560,14 +560,15 @@ class Simulation:
     def _hold(self, holds: Sequence[JobId]) -> None:
         """Extend held jobs' deferrals as the daemon does live: to two review periods ahead
         (never past the cap) once under 1.5 are left; one review a period renews them."""
-        cap, review = self.config.hold_cap_s, max(self.config.cycle_s, _REVIEW_S)
-        held = False
-        for job_id in holds:
-            job = self._pending.get(job_id)
-            if job is None or job_id in self._slurm.released or self.now >= job.submit_time + cap:
+        cap, review, now = self.config.hold_cap_s, max(self.config.cycle_s, _REVIEW_S), self.now
+        ahead, renew, held = now + 2 * review, now + 1.5 * review, False
+        slurm, pending = self._slurm, self._pending
+        for job_id in holds:  # (every pending job, every cycle: no min(), no attribute look-ups)
+            job = pending.get(job_id)
+            if job is None or job_id in slurm.released or now >= (end := job.submit_time + cap):
                 continue
-            until = min(self.now + 2 * review, job.submit_time + cap)
-            if self._slurm.eligible_at.get(job_id, 0.0) < min(self.now + 1.5 * review, until):
+            until = end if end < ahead else ahead
+            if slurm.eligible_at.get(job_id, 0.0) < (until if until < renew else renew):
                 self._defer(job_id, until)
             held = True
         if held and self._review_at <= self.now:
@@ -584,11 +585,10 @@ class Simulation:
         self._slurm_dirty = False
         queue = self._slurm.queue(self._pending, self.now)
         free, lagging = self._slurm.usable(self._free, self.now)
-        for job, placement in schedule_pass(self.now, queue, free,
-                                            lambda: [*self._shapes.values(), *lagging],
-                                            self.cluster, self.config.slurm_queue_depth,
-                                            self.config.slurm_scheduler,
-                                            self.config.backfill_reservations):
+        for job, placement in schedule_pass(
+                self.now, queue, free, lambda: [*self._shapes.values(), *lagging], self.cluster,
+                self.config.slurm_queue_depth, self.config.slurm_scheduler,
+                self.config.backfill_reservations):
             self._start(job, placement)
 
     def _record_timeline(self) -> None:

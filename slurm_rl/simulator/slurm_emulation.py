@@ -24,6 +24,7 @@ only masks its own nodes, as under backfill.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -37,6 +38,8 @@ NO_LIMIT = float("inf")
 SlurmScheduler = Literal["backfill", "builtin"]  # slurm.conf's SchedulerType=sched/<this>
 SLURM_SCHEDULERS: tuple[SlurmScheduler, ...] = ("backfill", "builtin")
 DEFAULT_RESERVATIONS = 100  # jobs a backfill pass plans at most (1: EASY backfill)
+_NOT_EXCLUDED: frozenset[int] = frozenset()
+_NO_CHOICES: tuple[Job, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +88,11 @@ def schedule_pass(
     ``scheduler``: ``backfill`` or ``builtin`` (the first unpinned job that cannot start ends
     the pass). Under backfill, up to ``reservations`` jobs that cannot start now are planned
     (:mod:`slurm_rl.simulator.backfill`, Slurm's conservative backfill); 1 is EASY."""
-    state: _Pass | PlannedPass
     if scheduler == "backfill" and reservations > 1:
-        state = PlannedPass(now, free_gpus, running, cluster, reservations)
-    else:
-        state = _Pass(now, free_gpus, running, cluster, backfill=scheduler == "backfill")
+        planned = PlannedPass(now, free_gpus, running, cluster, reservations)
+        planned.walk(list(itertools.islice(queue, depth)))
+        return planned.starts
+    state = _Pass(now, free_gpus, running, cluster, backfill=scheduler == "backfill")
     for item, _ in zip(queue, range(depth), strict=False):
         if state.exhausted:
             break  # not even one GPU is left outside the masks: nothing else can start
@@ -421,6 +424,7 @@ class SlurmJobState:
     valued: list[JobId] = field(default_factory=list)
     _one_of_cache: dict[JobId, tuple[Job, ...]] = field(default_factory=dict, init=False,
                                                         repr=False)
+    _entries: dict[JobId, QueuedJob] = field(default_factory=dict, init=False, repr=False)
     # how long after a job's end slurmctld starts nothing on its nodes (SimConfig.end_lag_s)
     end_lag_s: float = 0.0
     completing: dict[int, float] = field(default_factory=dict)  # node -> when Slurm may use it
@@ -486,6 +490,7 @@ class SlurmJobState:
         self.eligible_at.pop(job_id, None)
         self.pins.pop(job_id, None)
         self._one_of_cache.pop(job_id, None)
+        self._entries.pop(job_id, None)
 
     def _one_of(self, job: Job) -> tuple[Job, ...]:
         """The daemon's Features=[a|b] on a released job Slurm places: untyped, two GPUs or
@@ -510,19 +515,25 @@ class SlurmJobState:
         else:
             top = [job_id for job_id in self.valued if job_id in pending]
         ahead = set(top)
+        released, eligible_at = self.released, self.eligible_at
         for rank, job_id in enumerate(top):
-            if self._eligible(job_id, now):
+            if job_id in released or eligible_at.get(job_id, 0.0) <= now:
                 yield self._queued(pending[job_id], -rank)
         for job_id, job in pending.items():  # submit order
-            if job_id not in ahead and self._eligible(job_id, now):
+            if job_id not in ahead and (job_id in released or eligible_at.get(job_id, 0.0) <= now):
                 yield self._queued(job, -math.inf)
 
-    def _eligible(self, job_id: JobId, now: float) -> bool:
-        return job_id in self.released or self.eligible_at.get(job_id, 0.0) <= now
-
     def _queued(self, job: Job, priority: float) -> QueuedJob:
-        pin = self.pins.get(job.job_id)
-        if job.job_id not in self.released:
-            return QueuedJob(job, priority, pin)
-        one_of = self._one_of(job) if pin is None else ()
-        return QueuedJob(job, priority, pin, self.exclusions.get(job.job_id, frozenset()), one_of)
+        """The job as the pass sees it; the one of the last pass while nothing in it
+        changed (every pass asks for the whole queue again)."""
+        job_id = job.job_id
+        pin = self.pins.get(job_id)
+        excluded, one_of = _NOT_EXCLUDED, _NO_CHOICES
+        if job_id in self.released:
+            excluded = self.exclusions.get(job_id, _NOT_EXCLUDED)
+            one_of = self._one_of(job) if pin is None else ()
+        kept = self._entries.get(job_id)
+        if (kept is None or kept.priority != priority or kept.pin is not pin
+                or kept.excluded is not excluded or kept.one_of is not one_of):
+            kept = self._entries[job_id] = QueuedJob(job, priority, pin, excluded, one_of)
+        return kept
