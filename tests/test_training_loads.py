@@ -84,6 +84,11 @@ def test_train_across_loads_validates_at_each_and_records_the_loads(tmp_path: Pa
     assert [(row["label"], row["load"]) for row in rows] == [
         ("warm start", 0.5), ("warm start", 2.0), ("PPO 1", 0.5), ("PPO 1", 2.0)]
     assert rows[1]["baseline_avg_jct_h"] >= rows[0]["baseline_avg_jct_h"]  # a busier cluster
+    # each row says how many jobs the window held and how long the baseline queued them, so
+    # that a window that cannot tell checkpoints apart shows it (one of 20 jobs once did)
+    assert all(row["jobs"] > 0 for row in rows)
+    assert rows[1]["baseline_avg_queue_h"] >= rows[0]["baseline_avg_queue_h"] >= 0.0
+    assert "jobs, its avg queue" in " ".join(result.output.split())
     validation = (tmp_path / "runs" / "bundle" / "validation.csv").read_text().splitlines()
     assert len(validation) == 5 and "load" in validation[0]
     assert json.loads(json.dumps(meta))  # the bundle's meta stays plain JSON

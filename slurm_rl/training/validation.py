@@ -114,9 +114,13 @@ class Validator:
             row["load"] = load
         self.rows.append(row)
         at = "" if load is None else f" at load {load:g}"
+        # The jobs and the baseline's queue say whether the window can tell checkpoints
+        # apart at all: a window where nothing queues scores every checkpoint alike.
+        row["jobs"], row["baseline_avg_queue_h"] = base.jobs, base.avg_queueing_s / 3600.0
         log(f"validation {self.window_spec}{at} ({label}): dual agent avg JCT "
             f"{row['avg_jct_h']:.2f} h, fees {row['fees']:,.0f}; {BASELINE} "
-            f"{row['baseline_avg_jct_h']:.2f} h, {row['baseline_fees']:,.0f}")
+            f"{row['baseline_avg_jct_h']:.2f} h, {row['baseline_fees']:,.0f} "
+            f"({base.jobs:,} jobs, its avg queue {row['baseline_avg_queue_h']:.2f} h)")
         return cost / base_cost if base_cost > 0 else cost
 
     def summary(self) -> list[dict[str, Any]]:
