@@ -120,7 +120,7 @@ class Scheduler:
 
     def _moves(self, snapshot: ClusterSnapshot, free: list[int]) -> dict[JobId, Placement]:
         """Running jobs the placement moves into the GPUs left in ``free``."""
-        if not self._can()[0] or not any(free):
+        if not self._moves_jobs() or not any(free):
             return {}
         return cast(MigratingPlacement, self.placement).migrations(snapshot, free)
 
@@ -176,10 +176,17 @@ class Scheduler:
                 held = self.last_reservation = held.holding(index, free[index])
             unheld[index] = free[index] - held.held[index]
 
-    def _can(self) -> tuple[bool, bool]:
-        """Whether the placement can move running jobs, and keep jobs off nodes. Asked
-        once per placement: a check against a runtime protocol costs tens of µs, every
-        decision twice."""
+    def _moves_jobs(self) -> bool:
+        """Whether the placement can move running jobs (:meth:`_abilities_of_placement`)."""
+        return self._abilities_of_placement()[0]
+
+    def _keeps_jobs_off_nodes(self) -> bool:
+        """Whether the placement can keep jobs off nodes (:meth:`_abilities_of_placement`)."""
+        return self._abilities_of_placement()[1]
+
+    def _abilities_of_placement(self) -> tuple[bool, bool]:
+        """(moves jobs, keeps jobs off nodes), asked once per placement object: a check
+        against a runtime protocol costs tens of µs, and every decision asks both."""
         if self._abilities[0] is not self.placement:
             self._abilities = (self.placement, isinstance(self.placement, MigratingPlacement),
                                isinstance(self.placement, ExcludingPlacement))
@@ -189,7 +196,7 @@ class Scheduler:
         self, snapshot: ClusterSnapshot, jobs: list[Job], placements: dict[JobId, Placement]
     ) -> dict[JobId, tuple[str, ...]]:
         """For released jobs left without a node set, the nodes Slurm must keep them off."""
-        if not self._can()[1]:
+        if not self._keeps_jobs_off_nodes():
             return {}
         placement = cast(ExcludingPlacement, self.placement)
         found: dict[JobId, tuple[str, ...]] = {}

@@ -533,7 +533,8 @@ class SlurmJobState:
             excluded = self.exclusions.get(job_id, _NOT_EXCLUDED)
             one_of = self._one_of(job) if pin is None else ()
         kept = self._entries.get(job_id)
-        if (kept is None or kept.priority != priority or kept.pin is not pin
-                or kept.excluded is not excluded or kept.one_of is not one_of):
+        if (kept is None or kept.job is not job or kept.priority != priority
+                or kept.pin is not pin or kept.excluded is not excluded
+                or kept.one_of is not one_of):
             kept = self._entries[job_id] = QueuedJob(job, priority, pin, excluded, one_of)
         return kept
