@@ -22,6 +22,7 @@ from slurm_rl.agents.dual.candidates import CANDIDATE_FEATURES
 from slurm_rl.agents.dual.messages import MESSAGE_FEATURES
 from slurm_rl.agents.dual.network import DualNetwork
 from slurm_rl.agents.dual.placement import LearnedPlacement
+from slurm_rl.agents.names import parse
 from slurm_rl.agents.starvation import promote_starved
 from slurm_rl.core import ClusterSnapshot, Job
 from slurm_rl.errors import UnknownNameError
@@ -268,3 +269,33 @@ def test_registry_names_compose_the_variants(tmp_path: Path) -> None:
                    "rl+best-fit": "rl+best-fit", "fifo+rl": "fifo+rl-best-fit"}
     with pytest.raises(UnknownNameError):
         registry_scheduler("rl+nowhere", SPEED, bundle_path=tmp_path / "b")
+
+
+def test_a_new_bundle_with_the_ordering_prior_ranks_as_sjf_limit_aged(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    network = DualNetwork(network_config(16, ordering_sharpness=8.0)).eval()
+    save_bundle(tmp_path / "b", network, {"chooser": "best-fit", "fee_weight": 0.1})
+    loaded = load_bundle(tmp_path / "b")
+    assert loaded.network.config.ordering_sharpness == 8.0
+    pending = (Job("long", 0.0, 2, time_limit=8 * 3600.0), Job("short", 5.0, 4, time_limit=3600.0),
+               Job("none", 6.0, 1), Job("mid", 7.0, 2, time_limit=4 * 3600.0),
+               Job("short2", 8.0, 2, time_limit=3600.0))
+    for now, first in ((100.0, "short"), (200 * 3600.0, "long")):  # "long": past the guard
+        view = ClusterSnapshot(now, small_cluster(), (8, 0, 4, 0), pending)
+        heuristic = parse("sjf-limit-aged+best-fit").ordering.make()
+        heuristic.observe(view)
+        expected = np.argsort(-np.asarray(heuristic.score(view)), kind="stable")
+        scheduler = build_scheduler(loaded, SPEED)
+        scheduler.ordering.observe(view)
+        scheduler.placement.observe(view)
+        ranked = np.argsort(-np.asarray(scheduler.ordering.score(view)), kind="stable")
+        assert ranked.tolist() == expected.tolist()
+        assert pending[ranked[0]].job_id == first
+
+
+def test_a_bundle_from_before_the_ordering_prior_loads_without_it(tmp_path: Path) -> None:
+    save_bundle(tmp_path / "b", bundle().network, {})
+    meta = json.loads((tmp_path / "b" / "meta.json").read_text())
+    _rewrite(tmp_path / "b", {"network": {k: v for k, v in meta["network"].items()
+                                          if k != "ordering_sharpness"}})
+    assert load_bundle(tmp_path / "b").network.config.ordering_sharpness == 0.0

@@ -7,7 +7,14 @@ import torch
 
 from slurm_rl.agents.dual.agent import network_config
 from slurm_rl.agents.dual.candidates import CANDIDATE_FEATURES
-from slurm_rl.agents.dual.network import PACE_COLUMN, DualNetwork
+from slurm_rl.agents.dual.features import JOB_FEATURES
+from slurm_rl.agents.dual.network import (
+    HAS_LIMIT_COLUMN,
+    LOG_LIMIT_COLUMN,
+    PACE_COLUMN,
+    DualNetwork,
+    ordering_prior,
+)
 
 
 def inputs(n: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -142,3 +149,24 @@ def test_critic_gives_one_value_per_state() -> None:
         values = model.critic(*batch)
     assert values.shape == (2,)
     torch.testing.assert_close(values[0], values[1])
+
+
+def test_the_ordering_prior_reads_the_time_limit_columns() -> None:
+    assert JOB_FEATURES[HAS_LIMIT_COLUMN] == "has_limit"
+    assert JOB_FEATURES[LOG_LIMIT_COLUMN] == "log_limit_h"
+
+
+def test_a_new_network_with_an_ordering_prior_scores_shortest_limit_first() -> None:
+    torch.manual_seed(0)
+    model = DualNetwork(network_config(16, ordering_sharpness=8.0)).eval()
+    jobs, messages, cluster, present = inputs(5)
+    jobs[0, :, HAS_LIMIT_COLUMN] = torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0])
+    jobs[0, :, LOG_LIMIT_COLUMN] = torch.tensor([0.7, 2.0, 0.0, 0.7, 3.0])
+    with torch.no_grad():
+        scores = model.ordering(jobs, messages, cluster, present)[0]
+    # the residual starts at zero: the scores are the prior alone, whatever the other inputs
+    torch.testing.assert_close(scores, 8.0 * ordering_prior(jobs[0]))
+    assert torch.argsort(scores, descending=True, stable=True).tolist() == [0, 3, 1, 4, 2]
+    # the residual learns: the head's last layer is a parameter like any other
+    assert model.ordering.head[-1].weight.requires_grad
+

@@ -12,13 +12,14 @@ import torch
 
 from slurm_rl.agents.dual.agent import build_scheduler, network_config
 from slurm_rl.agents.dual.bundle import Bundle
+from slurm_rl.agents.dual.features import JOB_FEATURES
 from slurm_rl.agents.dual.network import DualNetwork
 from slurm_rl.agents.registry import with_rules
 from slurm_rl.core import Cluster
 from slurm_rl.errors import InputError
 from slurm_rl.fairness import LONGEST_HOLD_S, RankingRules
 from slurm_rl.traces import parse_window, synthetic_philly
-from slurm_rl.training.actors import RolloutConfig, training_actors
+from slurm_rl.training.actors import RolloutConfig, teacher_keys, training_actors
 from slurm_rl.training.batch import collate_placements, collate_steps
 from slurm_rl.training.episodes import EpisodeSampler, check_not_held_out
 from slurm_rl.training.objectives import plackett_luce_logp
@@ -194,3 +195,14 @@ def test_a_rollout_decides_as_the_deployed_scheduler_on_the_same_snapshot(dispat
     assert trained.placements == deployed.placements
     assert trained.exclusions == deployed.exclusions
     assert trained.migrations == deployed.migrations
+
+
+def test_a_limit_teacher_ranks_shortest_time_limit_first() -> None:
+    rows = np.zeros((3, len(JOB_FEATURES)))
+    rows[:, JOB_FEATURES.index("has_limit")] = [1.0, 0.0, 1.0]
+    rows[:, JOB_FEATURES.index("log_limit_h")] = [2.0, 0.0, 0.5]
+    rows[:, JOB_FEATURES.index("log_pred_gpu_h")] = [0.1, 0.2, 3.0]
+    assert np.argsort(-teacher_keys(rows, "limit")).tolist() == [2, 0, 1]
+    assert np.argsort(-teacher_keys(rows, "qssf")).tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="unknown ordering teacher"):
+        teacher_keys(rows, "fifo")

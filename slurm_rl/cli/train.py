@@ -17,7 +17,7 @@ from slurm_rl.cli.main import FriendlyGroup
 from slurm_rl.cli.options import FiniteFloat, WritableDir, checkpoint_options, dispatch_options
 from slurm_rl.errors import InputError
 from slurm_rl.paths import default_bundle_path
-from slurm_rl.training.actors import PLACEMENT_TEACHERS
+from slurm_rl.training.actors import ORDERING_TEACHERS, PLACEMENT_TEACHERS
 from slurm_rl.training.evaluate import PLACEMENTS
 from slurm_rl.training.pool import BACKENDS
 
@@ -87,6 +87,14 @@ def _loads(ctx: click.Context, param: click.Parameter, value: str | None
               default="fastest", show_default=True,
               help="What the warm start's placement clones: the fastest candidate, or the best "
                    "under the head's prior (the cheapest per unit of work with --prior cost).")
+@click.option("--ordering-sharpness", "ordering_sharpness", default=0.0, show_default=True,
+              type=FiniteFloat(min=0.0),
+              help="Sharpness of the ordering's prior, shortest time limit first: the "
+                   "ordering starts as sjf-limit and learns a residual (0: no prior).")
+@click.option("--ordering-teacher", "ordering_teacher", type=click.Choice(ORDERING_TEACHERS),
+              default="qssf", show_default=True,
+              help="What the warm start's ranking clones: QSSF's predicted GPU-hours, or the "
+                   "time limit (sjf-limit, the ordering prior's rule).")
 @click.option("--learning-rate", "learning_rate", default=1e-3, show_default=True,
               type=FiniteFloat(min=0.0, min_open=True))
 @click.option("--update-epochs", "update_epochs", default=8, show_default=True,

@@ -15,9 +15,10 @@ training decisions as on the daemon's.
   following the teacher) and recording each choice.
 
 Modes: ``sample`` (training), ``greedy`` (argmax everywhere) and ``teacher`` (the ranking by
-predicted GPU-hours as QSSF; the placement the fastest candidate as fastest-GPU-first, or with
-``placement_teacher = "prior"`` the best under the head's prior, the cheapest per unit of work
-under the cost prior: the behaviour-cloning targets).
+predicted GPU-hours as QSSF, or with ``ordering_teacher = "limit"`` by time limit as
+``sjf-limit``, the ordering prior's rule; the placement the fastest candidate as
+fastest-GPU-first, or with ``placement_teacher = "prior"`` the best under the head's prior,
+the cheapest per unit of work under the cost prior: the behaviour-cloning targets).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from numpy.typing import NDArray
 from slurm_rl.agents.dual.agent import Observation, OrderingAgent, make_chooser, masked_scores
 from slurm_rl.agents.dual.candidates import CANDIDATE_FEATURES, CandidateGenerator, CandidateSet
 from slurm_rl.agents.dual.features import JOB_FEATURES, FeatureBuilder, FloatArray
-from slurm_rl.agents.dual.network import DualNetwork, PlacementHead
+from slurm_rl.agents.dual.network import DualNetwork, PlacementHead, ordering_prior
 from slurm_rl.agents.dual.placement import LearnedPlacement
 from slurm_rl.agents.starvation import STARVATION_S, promote_starved
 from slurm_rl.core import ClusterSnapshot, Job
@@ -45,6 +46,7 @@ from slurm_rl.training.rewards import RewardKind
 
 Mode = Literal["sample", "greedy", "teacher"]
 PLACEMENT_TEACHERS = ("fastest", "prior")
+ORDERING_TEACHERS = ("qssf", "limit")
 _PRED_GPU_H = JOB_FEATURES.index("log_pred_gpu_h")
 _PACE = CANDIDATE_FEATURES.index("pace")
 
@@ -60,6 +62,7 @@ class RolloutConfig:
     communicate: bool = True
     reward: RewardKind = "job"
     placement_teacher: str = "fastest"  # what the warm start clones (PLACEMENT_TEACHERS)
+    ordering_teacher: str = "qssf"  # the ranking the warm start clones (ORDERING_TEACHERS)
     starvation_s: float | None = STARVATION_S  # the deployed guard's (a bundle's starvation_h)
     dispatch: bool = False  # rank as the daemon's dispatch = true (RankingRules.dispatch)
 
@@ -137,6 +140,17 @@ def teacher_choice(head: PlacementHead, found: CandidateSet, teacher: str = "fas
     return int(np.argmax(found.features[:, _PACE]))
 
 
+def teacher_keys(jobs: FloatArray, teacher: str) -> FloatArray:
+    """The ranking the warm start clones, higher first: QSSF's −log predicted GPU-hours, or
+    (``"limit"``) the ordering prior, shortest time limit first."""
+    if teacher not in ORDERING_TEACHERS:
+        raise ValueError(f"unknown ordering teacher {teacher!r}; known: {ORDERING_TEACHERS}")
+    if teacher == "limit":
+        keys: FloatArray = ordering_prior(torch.from_numpy(jobs).double()).numpy()
+        return keys
+    return -jobs[:, _PRED_GPU_H].astype(float)
+
+
 def restrict(observation: Observation, rows: NDArray[np.int64]) -> Observation:
     return Observation(observation.jobs[rows], observation.messages[rows], observation.cluster,
                        observation.valid[rows])
@@ -164,7 +178,7 @@ class SamplingOrdering:
         """The full observation, the acting scores and the candidate set's rows."""
         full = self.agent.observation(snapshot)
         if self.config.mode == "teacher":
-            acting = -full.jobs[:, _PRED_GPU_H].astype(float)
+            acting = teacher_keys(full.jobs, self.config.ordering_teacher)
         else:
             acting = self.agent.raw_scores(full)
         rows = np.sort(np.array(top_k_order(masked_scores(acting, full.valid),

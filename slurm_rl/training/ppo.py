@@ -93,6 +93,11 @@ class Args:
     # what the warm start's placement clones: "fastest" (fastest-GPU-first), or "prior" (the
     # best candidate under the head's prior; session 15: not shipped, docs/training.md)
     placement_teacher: str = "fastest"
+    # β_o of the ordering prior (network.py): the ordering starts as sjf-limit, shortest time
+    # limit first, and learns a residual (0: no prior)
+    ordering_sharpness: float = 0.0
+    # the ranking the warm start clones: "qssf" (predicted GPU-hours) or "limit" (the prior's)
+    ordering_teacher: str = "qssf"
     max_jobs: int = 128  # candidate set size
     rank_k: int = 16  # ranked prefix that is the ordering action
     # behaviour cloning
@@ -149,13 +154,15 @@ def train(args: Args) -> Path:
 
 
     # ----- the networks -----------------------------------------------------------------
-    network = DualNetwork(network_config(args.hidden, args.pace_sharpness, args.prior))
+    network = DualNetwork(network_config(args.hidden, args.pace_sharpness, args.prior,
+                                          args.ordering_sharpness))
     network.ordering.communicate = args.communicate
     optimizer = torch.optim.Adam(network.parameters(), lr=args.learning_rate, eps=1e-5)
     scaler = ReturnScaler(args.gamma)
     rollout = RolloutConfig(args.fee_weight, args.chooser, "sample", args.max_jobs,
                             args.rank_k, communicate=args.communicate,
                             placement_teacher=args.placement_teacher,
+                            ordering_teacher=args.ordering_teacher,
                             dispatch=args.dispatch)
     total = args.bc_iterations + args.iterations
     curves.start(total * args.episodes_per_iteration)

@@ -43,9 +43,10 @@ VARIANTS: tuple[Variant, ...] = ("dual", "ordering-only", "placement-only", "no-
 
 
 def network_config(hidden: int = 64, pace_sharpness: float = 0.0,
-                   prior: str = "pace") -> NetworkConfig:
+                   prior: str = "pace", ordering_sharpness: float = 0.0) -> NetworkConfig:
     return NetworkConfig(len(JOB_FEATURES), len(CLUSTER_FEATURES), len(MESSAGE_FEATURES),
-                         len(CANDIDATE_FEATURES), hidden, pace_sharpness, prior)
+                         len(CANDIDATE_FEATURES), hidden, pace_sharpness, prior,
+                         ordering_sharpness)
 
 
 # ----- the ordering agent ----------------------------------------------------------------

@@ -14,6 +14,13 @@ Our design (the paper's abstract names squeeze-and-communicate; its internals ar
         && \text{communicate: gated message}\\
     s_j &= \mathrm{head}([φ_j + g_j ⊙ μ_j,\ c]) && \text{score}
 
+With an *ordering prior* of sharpness :math:`β_o > 0` (``ordering_sharpness``) the score is
+:math:`s_j + β_o\,π^o_j`, :math:`π^o_j = -\log(1 + \mathrm{limit}_j/\mathrm{h})` (minus
+:math:`B` more for a job without a time limit): shortest time limit first, as the
+``sjf-limit`` ordering; the head's last layer starts at zero, so a new network ranks exactly
+as that heuristic and learning moves it only where that pays (a residual, as the placement
+head's prior below). Bundles without it have :math:`β_o = 0`.
+
 Permutation-equivariant in the jobs, any :math:`n`, no attention over the queue. Batches of
 queues are ragged (``ragged``: all jobs in one matrix, pooled per queue by segment) or padded
 (``forward``: a ``present`` mask, flattened to the ragged form). With ``communicate=False``
@@ -52,6 +59,11 @@ import torch
 from torch import Tensor, nn
 
 PACE_COLUMN = 0  # "pace" in candidates.CANDIDATE_FEATURES (tests check it)
+HAS_LIMIT_COLUMN = 4  # "has_limit" in features.JOB_FEATURES (tests check it)
+LOG_LIMIT_COLUMN = 5  # "log_limit_h": log1p(time limit in hours)
+# B: a job without a limit ranks as one with a limit of e^B ~ 3e4 times longer (last, as
+# sjf-limit puts it)
+NO_LIMIT_PENALTY = 10.0
 PRIORS = ("pace", "cost")
 _MIN_PRIOR_PACE = 0.01
 
@@ -65,6 +77,7 @@ class NetworkConfig:
     hidden: int = 64
     pace_sharpness: float = 0.0  # β_0 of the placement head's prior (0: no prior)
     prior: str = "pace"  # "pace": β_0 log pace; "cost": −β_0 log (the chooser's cost)
+    ordering_sharpness: float = 0.0  # β_o of the ordering prior, shortest limit first (0: none)
 
     def as_dict(self) -> dict[str, float | str]:
         return asdict(self)
@@ -113,6 +126,12 @@ class OrderingNetwork(nn.Module):
         self.gate = nn.Linear(3 * h, h)
         self.head = mlp(2 * h, h, 1)
         self.communicate = True
+        self.sharpness = config.ordering_sharpness
+        if self.sharpness > 0:  # start as the prior alone: the network learns a residual
+            last = self.head[-1]
+            assert isinstance(last, nn.Linear)
+            nn.init.zeros_(last.weight)
+            nn.init.zeros_(last.bias)
 
     def forward(self, jobs: Tensor, messages: Tensor, cluster: Tensor, present: Tensor) -> Tensor:
         """``jobs`` [B, n, Fj], ``messages`` [B, n, Fm], ``cluster`` [B, Fu], ``present``
@@ -131,7 +150,17 @@ class OrderingNetwork(nn.Module):
             mu = self.message(messages)
             gate = torch.sigmoid(self.gate(torch.cat([phi, mu, context], dim=-1)))
             phi = phi + gate * mu
-        return self.head(torch.cat([phi, context], dim=-1)).squeeze(-1)  # type: ignore[no-any-return]
+        scores: Tensor = self.head(torch.cat([phi, context], dim=-1)).squeeze(-1)
+        if self.sharpness > 0:
+            scores = scores + self.sharpness * ordering_prior(jobs)
+        return scores
+
+
+def ordering_prior(jobs: Tensor) -> Tensor:
+    """π^o per job (module docstring) from the job features [..., Fj]: shortest time limit
+    first, jobs without one last."""
+    no_limit = 1.0 - jobs[..., HAS_LIMIT_COLUMN]
+    return -(jobs[..., LOG_LIMIT_COLUMN] + NO_LIMIT_PENALTY * no_limit)
 
 
 class PlacementHead(nn.Module):
