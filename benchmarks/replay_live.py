@@ -16,6 +16,7 @@ other nodes, or > 5 s apart); with ``--jobs-detail`` every disagreeing job is li
     python benchmarks/replay_live.py --from runs/    # re-simulate saved runs: no Slurm
     python benchmarks/replay_live.py --from benchmarks/replay_live_runs   # the published table
     python benchmarks/replay_live.py --from runs/ --spread 10   # and 10 jittered replays each
+    python benchmarks/replay_live.py --dispatch      # the daemon with dispatch = true
 
 Needs root and Slurm (scripts/install-slurm.sh); about 1.5 min a run.
 """
@@ -78,6 +79,9 @@ def _args() -> argparse.Namespace:
                         help="one trace of 8 jobs, fifo+best-fit, both schedulers")
     parser.add_argument("--plan-only", action="store_true", help="print the traces and stop")
     parser.add_argument("--jobs-detail", action="store_true", help="list disagreeing jobs")
+    parser.add_argument("--dispatch", action="store_true",
+                        help="run the daemon with dispatch = true (only its decisions start "
+                             "jobs; docs/daemon.md) and the emulation likewise")
     parser.add_argument("--spread", type=int, default=0, metavar="N",
                         help="with --from: also replay each run N times with the sub-second "
                              "timings drawn anew (tests/slurm/replay.py Jitter) and say which "
@@ -217,13 +221,14 @@ def _print_spreads(spreads: list[tuple[str, Spread]]) -> None:
 def _one(work: Path, trace: tuple[MiniJob, ...], seed: int, policy: str,
          scheduler: SlurmScheduler, args: argparse.Namespace) -> tuple[str, Comparison, float]:
     began = time.monotonic()
-    name = f"{scheduler}-{seed}-{policy.replace('+', '-')}"
+    prefix = "dispatch-" if args.dispatch else ""
+    name = f"{prefix}{scheduler}-{seed}-{policy.replace('+', '-')}"
     with replay_cluster(scheduler) as cluster:
-        run = run_live(cluster, trace, policy, scheduler, work / name)
+        run = run_live(cluster, trace, policy, scheduler, work / name, dispatch=args.dispatch)
     if args.save is not None:
         args.save.mkdir(parents=True, exist_ok=True)
         save_run(run, args.save / f"{name}.json")
-    label = f"{scheduler:<8} trace {seed} {policy}"
+    label = f"{prefix}{scheduler:<8} trace {seed} {policy}"
     comparison = run.comparison
     print(summary_line(label, comparison)
           + f"  ({time.monotonic() - began:.0f} s, run time − sleep {run.overhead_s:+.2f} s)",

@@ -58,6 +58,7 @@ class WorldSetup:
     cycle_phase_s: float = 0.0
     held_priorities: Callable[[], PriorityHolder] | None = None
     end_lag_s: float = 0.0  # SimConfig.slurm_end_lag_s: Slurm's own start after an end
+    hold_cap_s: float = 3600.0  # SimConfig.hold_cap_s: the daemon's defer_cap_s
 
 
 def simulate_runs(cluster: Cluster, jobs: Sequence[Job], policy: DecisionMaker,
@@ -69,7 +70,8 @@ def simulate_runs(cluster: Cluster, jobs: Sequence[Job], policy: DecisionMaker,
     config = SimConfig(mode="slurm", cycle_s=setup.cycle_s, defer_window_s=setup.defer_window_s,
                        slurm_scheduler=setup.scheduler, observations=False,
                        lever_delay_s=setup.lever_delay_s, cycle_phase_s=setup.cycle_phase_s,
-                       held_priorities=setup.held_priorities, slurm_end_lag_s=setup.end_lag_s)
+                       held_priorities=setup.held_priorities, slurm_end_lag_s=setup.end_lag_s,
+                       hold_cap_s=setup.hold_cap_s)
     simulation = Simulation(cluster, ordered, speed, None, config)
     run_loop(TraceSource(simulation), policy, SimActuator(simulation))
     return {o.job.job_id: JobRun(o.job.job_id, o.job.submit_time, o.start, o.end, o.nodes)

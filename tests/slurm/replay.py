@@ -58,6 +58,13 @@ SLURM_REACTION_S = 0.5
 # measured on the dev cluster, not fitted (docs/slurm-emulation.md: 0.9 s on average over 224
 # starts in the saved runs, 0.93-0.95 s in a probe without a daemon)
 SLURM_END_LAG_S = 0.9
+# The daemon stamps a snapshot before it queries Slurm (SlurmSource.state: the clock, then
+# squeue, then sinfo), so what it sees is Slurm's state a little after the stamp. The
+# emulation observes this much after each live cycle's stamp (its levers still act at the
+# same moment): fitted on the 30 saved runs (0, 0.1, 0.2, 0.3 s tried: identical node sets
+# 87.7, 89.2, 88.3, 83.7 %), then checked on the holdout and the dispatch runs
+# (docs/slurm-emulation.md, "The snapshot's own delay")
+SLURM_OBSERVE_LAG_S = 0.1
 # (weight, nodes, GPUs per node, type): gangs that fill a node, span two, or need one type
 SHAPES: tuple[tuple[int, int, int, str | None], ...] = (
     (6, 1, 1, None), (8, 1, 2, None), (6, 1, 4, None), (3, 1, 8, None), (3, 2, 4, None),
@@ -125,22 +132,23 @@ def replay_cluster(scheduler: SlurmScheduler) -> Iterator[DevCluster]:
 
 
 def daemon_config(cluster: DevCluster, policy: str, state: Path,
-                  limits: PriorityLimits | None = None) -> DaemonConfig:
+                  limits: PriorityLimits | None = None, dispatch: bool = False) -> DaemonConfig:
     """The daemon of the replay, on ``cluster``."""
-    return daemon_config_for(policy, state, limits).model_copy(update={
+    return daemon_config_for(policy, state, limits, dispatch).model_copy(update={
         "slurm_conf": cluster.slurm_conf, "heartbeat_path": cluster.heartbeat_path})
 
 
-def daemon_config_for(policy: str, state: Path, limits: PriorityLimits | None = None
-                      ) -> DaemonConfig:
+def daemon_config_for(policy: str, state: Path, limits: PriorityLimits | None = None,
+                      dispatch: bool = False) -> DaemonConfig:
     """The replay's daemon settings. Its limits on priority changes are production's
     (``DaemonConfig``'s defaults) unless ``limits`` says otherwise: the emulation plans
     priorities within the same limits (:func:`held_priorities`), and what is measured is
-    the emulation of the daemon as sites run it."""
+    the emulation of the daemon as sites run it. ``dispatch``: the daemon's ``dispatch =
+    true`` (docs/daemon.md), only its decisions start jobs."""
     config = DaemonConfig(
         policy=policy, mode="enforce", interval_s=CYCLE_S, state_dir=state,
         cluster_name=CLUSTER, partitions=(PARTITION,), defer_window_s=WINDOW_S,
-        metrics_port=0, log_json=False, slurm_timeout_s=30.0)
+        metrics_port=0, log_json=False, slurm_timeout_s=30.0, dispatch=dispatch)
     if limits is None:
         return config
     return config.model_copy(update={
@@ -157,6 +165,11 @@ def priority_limits(config: DaemonConfig) -> PriorityLimits:
 
 # Runs saved before the limits were recorded ran the daemon with tolerance 0 and no cap
 LEGACY_LIMITS = PriorityLimits(0, 3600, 200)
+REPO = Path(__file__).resolve().parents[2]
+# The bundle a learned policy ran in runs saved without a "bundle" key: the one shipped in
+# policies/default until session 31, kept here so that their rl+rl runs re-simulate with the
+# weights the live daemon used (the shipped bundle changes; a saved run must not)
+LEGACY_BUNDLE = "benchmarks/bundles/session-14"
 
 
 @contextlib.contextmanager
@@ -240,6 +253,8 @@ class ReplayRun:
     # a disagreement (which pins the live daemon set, and when)
     decisions: tuple[tuple[float, str, str, str], ...] = ()
     limits: PriorityLimits = PriorityLimits()  # the daemon's limits on priority changes
+    dispatch: bool = False  # the daemon ran with dispatch = true
+    bundle: str = "policies/default"  # its learned policies' bundle, relative to the checkout
 
     @property
     def comparison(self) -> Comparison:
@@ -248,11 +263,12 @@ class ReplayRun:
 
 def run_live(cluster: DevCluster, trace: Sequence[MiniJob], policy: str,
              scheduler: SlurmScheduler, state: Path, drain_timeout_s: float = 600.0,
-             limits: PriorityLimits | None = None) -> ReplayRun:
+             limits: PriorityLimits | None = None, dispatch: bool = False) -> ReplayRun:
     """The trace on the cluster with the daemon running ``policy`` (its limits on priority
-    changes ``limits``, default production's), then in the simulator."""
+    changes ``limits``, default production's; ``dispatch`` as the daemon's setting), then in
+    the simulator."""
     state.mkdir(mode=0o700)
-    config = daemon_config(cluster, policy, state, limits)
+    config = daemon_config(cluster, policy, state, limits, dispatch)
     with running_daemon(cluster, config):
         jobs, submitted = submit_trace(cluster, trace)
         _wait(lambda: not unfinished(cluster, list(jobs)), drain_timeout_s, "every job to end")
@@ -261,7 +277,8 @@ def run_live(cluster: DevCluster, trace: Sequence[MiniJob], policy: str,
     sim = simulate_world(jobs, submitted, real, config, scheduler, cycles)
     over = [run.end - run.start - jobs[j].sleep_s for j, run in real.items()]
     return ReplayRun(policy, scheduler, jobs, real, sim, sum(over) / max(1, len(over)),
-                     cycles, submitted, daemon_decisions(config), priority_limits(config))
+                     cycles, submitted, daemon_decisions(config), priority_limits(config),
+                     dispatch)
 
 
 def daemon_decisions(config: DaemonConfig) -> tuple[tuple[float, str, str, str], ...]:
@@ -339,10 +356,12 @@ def simulate_world(jobs: dict[str, MiniJob], submitted: dict[str, float],
                    real: dict[str, JobRun], config: DaemonConfig, scheduler: SlurmScheduler,
                    cycles: Sequence[tuple[float, float]] = (), reaction_s: float | None = None,
                    extra_s: Mapping[str, float] | None = None,
-                   end_lag_s: float = SLURM_END_LAG_S) -> dict[str, JobRun]:
+                   end_lag_s: float = SLURM_END_LAG_S,
+                   observe_lag_s: float = SLURM_OBSERVE_LAG_S) -> dict[str, JobRun]:
     """The simulator's replay of the jobs Slurm ran, under the daemon's own policy object
     (``reaction_s``, ``extra_s``: a :class:`Jitter` draw; default none; ``end_lag_s``:
-    ``SimConfig.slurm_end_lag_s``)."""
+    ``SimConfig.slurm_end_lag_s``; ``observe_lag_s``: how long after its stamp a live
+    snapshot sees Slurm's state, :data:`SLURM_OBSERVE_LAG_S`)."""
     policy = make_policy(config.policy, seed=config.seed, bundle=config.policy_bundle,
                          rules=config.ranking_rules)
     guarded = GuardedScheduler(PrimedScheduler(policy, None),
@@ -351,12 +370,13 @@ def simulate_world(jobs: dict[str, MiniJob], submitted: dict[str, float],
                                     for n in DevClusterConfig(groups=GROUPS).nodes()])
     origin = min((submitted[job_id] for job_id in real), default=0.0)
     period, phase, duration = cycle_timing(cycles, origin, config.interval_s)
+    phase, duration = phase + observe_lag_s, max(0.0, duration - observe_lag_s)
     reaction = SLURM_REACTION_S if reaction_s is None else reaction_s
     limits, floor = priority_limits(config), config.priority_floor
     setup = WorldSetup(period, float(config.defer_window_s), scheduler,
                        lever_delay_s=duration + reaction, cycle_phase_s=phase,
                        held_priorities=lambda: HeldPriorities(limits, floor),
-                       end_lag_s=end_lag_s)
+                       end_lag_s=end_lag_s, hold_cap_s=config.defer_cap_s)
     return simulate_runs(cluster, sim_jobs(jobs, submitted, real, extra_s), guarded, setup)
 
 
@@ -379,7 +399,8 @@ def save_run(run: ReplayRun, path: Path) -> None:
         "jobs": {job_id: dataclasses.asdict(job) for job_id, job in run.jobs.items()},
         "real": {job_id: dataclasses.asdict(r) for job_id, r in run.real.items()},
         "cycles": run.cycles, "submitted": run.submitted, "decisions": run.decisions,
-        "priority_limits": dataclasses.asdict(run.limits),
+        "priority_limits": dataclasses.asdict(run.limits), "dispatch": run.dispatch,
+        "bundle": run.bundle,
     }
     path.write_text(json.dumps(document, indent=1))
 
@@ -418,11 +439,14 @@ def _saved(path: Path) -> tuple[ReplayRun, DaemonConfig]:
     scheduler: SlurmScheduler = "builtin" if document["scheduler"] == "builtin" else "backfill"
     limits = (PriorityLimits(**document["priority_limits"]) if "priority_limits" in document
               else LEGACY_LIMITS)
-    config = daemon_config_for(document["policy"], Path(tempfile.gettempdir()), limits)
+    dispatch = document.get("dispatch") is True  # runs saved before it: without
+    bundle = str(document.get("bundle", LEGACY_BUNDLE))
+    config = daemon_config_for(document["policy"], Path(tempfile.gettempdir()), limits,
+                               dispatch).model_copy(update={"policy_bundle": REPO / bundle})
     over = [r.end - r.start - jobs[j].sleep_s for j, r in real.items()]
     decisions = tuple((float(t), str(j), str(a), str(n))
                       for t, j, a, n in document.get("decisions", ()))
     run = ReplayRun(document["policy"], scheduler, jobs, real, {},
                     sum(over) / max(1, len(over)), cycles, submitted, decisions,
-                    priority_limits(config))
+                    priority_limits(config), dispatch, bundle)
     return run, config
