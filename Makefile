@@ -70,10 +70,13 @@ bench: $(STAMP)
 	$(PY) benchmarks/rwgp_cycle.py
 	$(PY) benchmarks/ordering_inference.py
 
-# Reproduce the shipped dual-agent bundle (Philly Oct-Nov episodes, Sep validation; ~12 min on
-# 2 cores).
+# Reproduce the shipped dual-agent bundle (session 31; docs/training.md): Philly Oct-Nov
+# episodes at four offered loads with dispatch, the ordering a residual on sjf-limit (the
+# ordering prior), validation on the last September week at the same loads; ~16 min on 2 cores.
+TRAIN_DEFAULT_ARGS = --dispatch --loads 0.5,0.7,0.85,1.0 --validation-window 2017-09-24:2017-10-01 \
+	--ordering-sharpness 8 --ordering-teacher limit
 train-default: $(STAMP)
-	$(VENV)/bin/slurm-rl train --output policies/default
+	$(VENV)/bin/slurm-rl train $(TRAIN_DEFAULT_ARGS) --output policies/default
 
 # The no-communication ablation, trained as such (~13 min on 2 cores with Ray): evaluate reads it
 # with --no-comm-bundle policies/no-communication.

@@ -57,12 +57,22 @@ def fill(store: Store, jobs: int, *, now: float, seed: int = 0, nodes: bool = Tr
     return done
 
 
+# A bundle without an ordering prior, whose scores are the network's alone, so negating its
+# last layer reverses its ranking (session 14's, shipped until session 31). The shipped
+# bundle's ordering is a residual on shortest-time-limit-first: negating the residual
+# leaves the prior, which would not make it worse
+NEGATABLE_BUNDLE = Path(__file__).resolve().parents[2] / "benchmarks" / "bundles" / "session-14"
+
+
 def damaged_bundle(source: Path, target: Path) -> Path:
     """The bundle with its ordering scores negated: it ranks the jobs the trained agent
-    would start first, last (a deliberately worse policy)."""
+    would start first, last (a deliberately worse policy). ``source`` must have no ordering
+    prior (:data:`NEGATABLE_BUNDLE` has none)."""
     from slurm_rl.agents.dual.bundle import load_bundle, save_bundle
 
     bundle = load_bundle(source)
+    if bundle.network.config.ordering_sharpness > 0:
+        raise ValueError(f"{source}: an ordering prior survives negating the network's scores")
     head = bundle.network.ordering.head[-1]
     head.weight.data.neg_()
     head.bias.data.neg_()

@@ -24,7 +24,7 @@ from slurm_rl.store.models import DecisionRow
 from slurm_rl.store.registry import ModelRegistry
 from slurm_rl.store.registry_models import ModelVersionRow
 from slurm_rl.store.repository import Store, make_engine
-from tests.retrain.logged import damaged_bundle, fill
+from tests.retrain.logged import NEGATABLE_BUNDLE, damaged_bundle, fill
 
 NOW = 1_800_000_000.0
 GATE = GateSettings(margin=0.05, seeds=1, cycle_s=5.0, defer_window_s=10.0)
@@ -39,7 +39,7 @@ def tiny(tmp_path: Path, **values: object) -> RetrainSettings:
 
 @pytest.fixture(scope="module")
 def damaged(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return damaged_bundle(default_bundle_path(), tmp_path_factory.mktemp("bad") / "bundle")
+    return damaged_bundle(NEGATABLE_BUNDLE, tmp_path_factory.mktemp("bad") / "bundle")
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def test_the_gate_keeps_the_better_policy_both_ways(
     fill(store, 40, now=NOW)
     window = load_window(store.engine, None, 1.0, NOW)
     calibration = calibrate(window, tmp_path / "cal", repeats=2, seed=0)
-    good, bad = PolicyRef("rl+rl", default_bundle_path()), PolicyRef("rl+rl", damaged)
+    good, bad = PolicyRef("rl+rl", NEGATABLE_BUNDLE), PolicyRef("rl+rl", damaged)
     worse = judge(bad, good, calibration, GATE)
     better = judge(good, bad, calibration, GATE)
     # The damaged agent starts the long jobs first: far worse on this window, not promoted
@@ -72,7 +72,7 @@ def test_a_retrain_registers_judges_and_promotes_over_a_worse_active_version(
     bad = registry.register("rl+rl", bundle=damaged, note="damaged on purpose")
     registry.promote(bad)
     result = retrain(store.engine.url.render_as_string(), tiny(tmp_path,
-                     base_bundle=default_bundle_path()), now=NOW)
+                     base_bundle=NEGATABLE_BUNDLE), now=NOW)
     assert result.status == "promoted", result.message
     assert result.version == bad + 1 and registry.active_number() == result.version
     version = registry.get(result.version)
@@ -82,7 +82,7 @@ def test_a_retrain_registers_judges_and_promotes_over_a_worse_active_version(
     with Session(store.engine) as session:  # the candidate really was fine-tuned
         row = session.get(ModelVersionRow, result.version)
         assert row is not None and row.meta is not None and row.weights
-        assert row.meta["fine_tuned_from"] == str(default_bundle_path())
+        assert row.meta["fine_tuned_from"] == str(NEGATABLE_BUNDLE)
         refit = row.meta["placement_gp"]  # the chooser starts from the site's GP
         assert isinstance(refit, dict) and "raw_noise" in refit
         assert len(row.meta["retrain"]["curve"]) == 1  # type: ignore[index, arg-type]

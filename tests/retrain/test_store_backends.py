@@ -166,17 +166,16 @@ def test_models_commands(url: str, tmp_path: Path) -> None:
 
 
 def test_a_retrain_on_this_store(url: str, tmp_path: Path) -> None:
-    from slurm_rl.paths import default_bundle_path
     from slurm_rl.retrain.run import retrain
-    from tests.retrain.logged import damaged_bundle
+    from tests.retrain.logged import NEGATABLE_BUNDLE, damaged_bundle
     from tests.retrain.test_gate_and_retrain import tiny
 
     store = Store(url)
     fill(store, 40, now=NOW)
     registry = ModelRegistry(store.engine)
-    bad = registry.register("rl+rl", bundle=damaged_bundle(default_bundle_path(),
+    bad = registry.register("rl+rl", bundle=damaged_bundle(NEGATABLE_BUNDLE,
                                                            tmp_path / "bad"))
     registry.promote(bad)
-    result = retrain(url, tiny(tmp_path, base_bundle=default_bundle_path()), now=NOW)
+    result = retrain(url, tiny(tmp_path, base_bundle=NEGATABLE_BUNDLE), now=NOW)
     assert result.status == "promoted", result.message
     assert registry.active_number() == result.version == bad + 1

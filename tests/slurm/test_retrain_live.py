@@ -21,11 +21,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from slurm_rl.daemon.runner import Daemon
-from slurm_rl.paths import default_bundle_path
 from slurm_rl.store.models import OutcomeRow
 from slurm_rl.store.registry import ModelRegistry
 from slurm_rl.store.registry_models import NodeRow, RetrainRunRow
-from tests.retrain.logged import damaged_bundle
+from tests.retrain.logged import NEGATABLE_BUNDLE, damaged_bundle
 from tests.slurm.live import LiveCluster
 from tests.slurm.test_daemon_live import CLUSTER, REPO, _daemon
 
@@ -114,11 +113,11 @@ def _submit(live: LiveCluster, user: str, script: str) -> str:
 def test_retrain_promotes_a_better_candidate_not_a_worse_one_and_rolls_back(
     live: LiveCluster, tmp_path: Path
 ) -> None:
-    damaged = damaged_bundle(default_bundle_path(), tmp_path / "damaged")
+    damaged = damaged_bundle(NEGATABLE_BUNDLE, tmp_path / "damaged")
     daemon = _daemon(
         live, tmp_path, policy="rl+rl", defer_window_s=live.window_s, retrain_every_h=24.0,
         retrain_window_days=1.0, retrain_margin=0.05, retrain_iterations=1,
-        retrain_episodes=1, retrain_gate_seeds=1, retrain_base_bundle=default_bundle_path())
+        retrain_episodes=1, retrain_gate_seeds=1, retrain_base_bundle=NEGATABLE_BUNDLE)
     url = daemon.store.engine.url.render_as_string(hide_password=False)
     registry = ModelRegistry(daemon.store.engine)
     v1 = registry.register("rl+rl", bundle=damaged, note="damaged on purpose")
