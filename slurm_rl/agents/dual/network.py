@@ -89,6 +89,14 @@ def mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(inputs, hidden), nn.SiLU(), nn.Linear(hidden, outputs))
 
 
+def zero_last_layer(net: nn.Sequential) -> None:
+    """Output 0 for every input until learning moves it: a prior added to it acts alone."""
+    last = net[-1]
+    assert isinstance(last, nn.Linear)
+    nn.init.zeros_(last.weight)
+    nn.init.zeros_(last.bias)
+
+
 def segment_pool(values: Tensor, segment: Tensor, count: int) -> tuple[Tensor, Tensor]:
     """Mean and max of ``values`` [N, h] per segment (``segment`` [N] in ``0..count-1``);
     0 for an empty segment. Ragged queues pool this way, with no padding."""
@@ -128,10 +136,7 @@ class OrderingNetwork(nn.Module):
         self.communicate = True
         self.sharpness = config.ordering_sharpness
         if self.sharpness > 0:  # start as the prior alone: the network learns a residual
-            last = self.head[-1]
-            assert isinstance(last, nn.Linear)
-            nn.init.zeros_(last.weight)
-            nn.init.zeros_(last.bias)
+            zero_last_layer(self.head)
 
     def forward(self, jobs: Tensor, messages: Tensor, cluster: Tensor, present: Tensor) -> Tensor:
         """``jobs`` [B, n, Fj], ``messages`` [B, n, Fm], ``cluster`` [B, Fu], ``present``
@@ -178,10 +183,7 @@ class PlacementHead(nn.Module):
             raise ValueError(f"unknown placement prior {config.prior!r}; known: {PRIORS}")
         self.prior_kind = config.prior
         if self.pace_sharpness > 0:  # start as the prior alone: the towers learn a residual
-            last = self.candidate[-1]
-            assert isinstance(last, nn.Linear)
-            nn.init.zeros_(last.weight)
-            nn.init.zeros_(last.bias)
+            zero_last_layer(self.candidate)
 
     def forward(self, job: Tensor, candidates: Tensor, cluster: Tensor, present: Tensor,
                 log_cost: Tensor | None = None) -> Tensor:
