@@ -331,6 +331,35 @@ def test_the_guard_keeps_an_untyped_gang_on_one_gpu_type() -> None:
     assert dict(kept.placements) == {} and "2 GPU types" in refused["9"]
 
 
+def test_under_dispatch_the_guard_holds_a_job_whose_placement_it_refuses() -> None:
+    """Released without nodes, Slurm would start the job by itself on whatever frees up
+    first and race the pins of the jobs the policy did start (docs/slurm-emulation.md)."""
+    cluster = Cluster("c", (Node("a100-02", "a100", 8), Node("v100-01", "v100", 4)))
+    gang = Job("9", 0.0, 2, num_nodes=2, gpus_per_node=1)  # untyped: one GPU type only
+    other, brought = Job("8", 0.0, 1), Job("7", 0.0, 2, num_nodes=2, gpus_per_node=1)
+    snapshot = ClusterSnapshot(0.0, cluster, {"a100-02": 8, "v100-01": 4},
+                               (gang, other, brought), (), ())
+    mixed = Placement(("a100-02", "v100-01"), (1, 1))
+    decision = Decision("p", ("7", "9", "8"),
+                        {"9": mixed, "8": Placement(("a100-02",), (1,)), "7": mixed},
+                        (3.0, 2.0, 1.0), holds=("6",), exclusions={"9": ("v100-01",)},
+                        forward=("7",))
+    released, _ = checked(decision, snapshot)
+    assert released.ranking == ("7", "9", "8") and released.holds == ("6",)
+    held, refused = checked(decision, snapshot, hold_refused=True)
+    assert set(refused) == {"9", "7"}
+    assert (held.ranking, held.scores) == (("7", "8"), (3.0, 1.0))  # 7: fairness promised it
+    assert held.holds == ("9", "6") and dict(held.exclusions) == {}
+    assert held.promoted == frozenset({"7", "8"})
+
+
+def test_the_daemon_guard_holds_refused_jobs_only_under_dispatch(make_daemon: Any) -> None:
+    plain, _, _ = make_daemon()
+    assert plain.parts.scheduler.hold_refused is False
+    dispatching, _, _ = make_daemon(dispatch=True)
+    assert dispatching.parts.scheduler.hold_refused is True
+
+
 def test_best_fit_places_a_typed_job_on_its_gpu_type(
     make_daemon: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -6,10 +6,18 @@ So before the actuator sees a decision, each placement is checked against the jo
 request: the nodes exist, they have the GPU type the job asked for and enough GPUs, the
 shape (GPUs, node count, GPUs per node) is the job's, and a request that names no GPU type
 stays on one type unless the admin allows mixing (``allow_mixed_gpu_types``). A placement
-that fails is dropped (the job is still released, and Slurm chooses its nodes) with one
-warning line per cycle; the
-store records the decision as applied, without those nodes. A move of a running job that
-fails is dropped too (the job keeps running where it is).
+that fails is dropped with one warning line per cycle; the store records the decision as
+applied, without those nodes. What becomes of its job depends on the mode:
+
+* without dispatch the job is still released, and Slurm chooses its nodes (as it would for
+  any released job the policy did not place);
+* with dispatch (``hold_refused``) the job is held for the next cycle instead, like every
+  job the policy does not start: released without nodes, Slurm would start it by itself on
+  whatever frees up first, racing the pins of the jobs the policy did start there (the
+  sim-to-real runs measured that race: docs/slurm-emulation.md). A job the fairness guard
+  brought forward stays released: that guard's promise is that Slurm starts it.
+
+A move of a running job that fails is dropped too (the job keeps running where it is).
 """
 
 from __future__ import annotations
@@ -52,10 +60,12 @@ def placement_problem(job: Job, placement: Placement, cluster: Cluster,
 
 
 def checked(decision: Decision, snapshot: ClusterSnapshot,
-            allow_mixed_gpu_types: bool = False) -> tuple[Decision, dict[str, str]]:
+            allow_mixed_gpu_types: bool = False,
+            hold_refused: bool = False) -> tuple[Decision, dict[str, str]]:
     """``decision`` without the placements and moves :func:`placement_problem` refuses, and
     why each was refused (a running job requeued onto such nodes would be stuck pending for
-    good)."""
+    good). With ``hold_refused`` (dispatch mode) a job whose placement is refused is held,
+    first among the holds, unless the fairness guard brought it forward."""
     pending = {job.job_id: job for job in snapshot.pending}
     running = {run.job.job_id: run.job for run in snapshot.running}
     refused = _problems(decision.placements, pending, snapshot.cluster, allow_mixed_gpu_types)
@@ -65,8 +75,25 @@ def checked(decision: Decision, snapshot: ClusterSnapshot,
         return decision, refused
     kept = {j: p for j, p in decision.placements.items() if j not in refused}
     moves = {j: p for j, p in decision.migrations.items() if j not in moves_refused}
+    held = [j for j in decision.ranking if j in refused and j not in decision.forward] \
+        if hold_refused else []
     refused.update({j: f"move: {why}" for j, why in moves_refused.items()})
-    return dataclasses.replace(decision, placements=kept, migrations=moves), refused
+    decision = dataclasses.replace(decision, placements=kept, migrations=moves)
+    return (_held(decision, frozenset(held)) if held else decision), refused
+
+
+def _held(decision: Decision, jobs: frozenset[str]) -> Decision:
+    """``decision`` with ``jobs`` taken out of its ranking (and scores and exclusions) and
+    held, ahead of its other holds."""
+    kept = [i for i, job_id in enumerate(decision.ranking) if job_id not in jobs]
+    return dataclasses.replace(
+        decision,
+        ranking=tuple(decision.ranking[i] for i in kept),
+        scores=tuple(decision.scores[i] for i in kept) if decision.scores else (),
+        holds=(*(j for j in decision.ranking if j in jobs),
+               *(j for j in decision.holds if j not in jobs)),
+        exclusions={j: nodes for j, nodes in decision.exclusions.items() if j not in jobs},
+    )
 
 
 def _problems(
@@ -88,19 +115,22 @@ class GuardedScheduler:
     """A :class:`~slurm_rl.loop.DecisionMaker` whose decisions pass :func:`checked`."""
 
     def __init__(self, inner: DecisionMaker, *, explain: bool = True,
-                 allow_mixed_gpu_types: bool = False) -> None:
+                 allow_mixed_gpu_types: bool = False, hold_refused: bool = False) -> None:
         self.inner = inner
         self.explain = explain
         self.allow_mixed_gpu_types = allow_mixed_gpu_types
+        self.hold_refused = hold_refused
         # Why each job of the last decision got its rank and nodes (slurm_rl.ops.reasons).
         self.explanations: dict[str, dict[str, Any]] = {}
 
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         decision, refused = checked(self.inner.decide(snapshot), snapshot,
-                                    self.allow_mixed_gpu_types)
+                                    self.allow_mixed_gpu_types, self.hold_refused)
         if refused:
-            log.warning("policy %s placed %d jobs where Slurm cannot run them, released "
-                        "without nodes: %s", decision.policy_id, len(refused), _listing(refused))
+            log.warning("policy %s placed %d jobs where Slurm cannot run them, %s: %s",
+                        decision.policy_id, len(refused),
+                        "held" if self.hold_refused else "released without nodes",
+                        _listing(refused))
         self.explanations = {}
         if self.explain:
             self.explanations = explain_decision(self.inner, snapshot, decision)

@@ -231,7 +231,8 @@ class Daemon:
         history = (stored_history(lambda: self.store, config.history_days)
                    if config.history_days > 0 else None)
         scheduler = GuardedScheduler(PrimedScheduler(policy, history),
-                                     allow_mixed_gpu_types=config.allow_mixed_gpu_types)
+                                     allow_mixed_gpu_types=config.allow_mixed_gpu_types,
+                                     hold_refused=config.dispatch)
         env = {"SLURM_CONF": str(config.slurm_conf)} if config.slurm_conf else None
         runner = self._runner or make_runner(env)
         client = CliSlurmClient(runner=runner, timeout_s=config.slurm_timeout_s)

@@ -365,7 +365,8 @@ def simulate_world(jobs: dict[str, MiniJob], submitted: dict[str, float],
     policy = make_policy(config.policy, seed=config.seed, bundle=config.policy_bundle,
                          rules=config.ranking_rules)
     guarded = GuardedScheduler(PrimedScheduler(policy, None),
-                               allow_mixed_gpu_types=config.allow_mixed_gpu_types)
+                               allow_mixed_gpu_types=config.allow_mixed_gpu_types,
+                               hold_refused=config.dispatch)
     cluster = dev_cluster(CLUSTER, [(n.name, n.gpu_type, n.gpus)
                                     for n in DevClusterConfig(groups=GROUPS).nodes()])
     origin = min((submitted[job_id] for job_id in real), default=0.0)
