@@ -17,6 +17,7 @@ the same in every world and for every policy, and the policy never sees it.
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import replace
 from operator import attrgetter
 from typing import Literal, cast
@@ -227,15 +228,23 @@ def dispatched(decision: Decision, snapshot: ClusterSnapshot) -> Decision:
     (seconds, against jobs of hours). Exclusions are kept for released jobs only (a held job
     has none to keep)."""
     released = decision.promoted
-    kept = [index for index, job_id in enumerate(decision.ranking) if job_id in released]
     ranked = set(decision.ranking)
-    holds = (*(job_id for job_id in decision.ranking if job_id not in released),
-             *(job.job_id for job in snapshot.pending if job.job_id not in ranked))
+    unranked = tuple(job.job_id for job in snapshot.pending if job.job_id not in ranked)
+    decision = replace(decision, exclusions={
+        job_id: nodes for job_id, nodes in decision.exclusions.items() if job_id in released})
+    return held_back(decision, ranked - released, unranked)
+
+
+def held_back(decision: Decision, jobs: Set[JobId], then: tuple[JobId, ...]) -> Decision:
+    """``decision`` with the ranked ``jobs`` taken out of its ranking (with their scores and
+    exclusions) and held, in ranking order, followed by the holds ``then``. Dispatch mode
+    holds this way, and so does the daemon's guard a job whose placement it refuses."""
+    kept = [index for index, job_id in enumerate(decision.ranking) if job_id not in jobs]
     return replace(
         decision,
         ranking=tuple(decision.ranking[index] for index in kept),
         scores=tuple(decision.scores[index] for index in kept) if decision.scores else (),
-        holds=holds,
+        holds=(*(job_id for job_id in decision.ranking if job_id in jobs), *then),
         exclusions={job_id: nodes for job_id, nodes in decision.exclusions.items()
-                    if job_id in released},
+                    if job_id not in jobs},
     )

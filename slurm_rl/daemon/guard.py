@@ -30,6 +30,7 @@ from typing import Any
 from slurm_rl.core import Cluster, ClusterSnapshot, Decision, Job, Placement, placement_fits_shape
 from slurm_rl.loop import DecisionMaker
 from slurm_rl.ops.reasons import explain_decision
+from slurm_rl.scheduler import held_back
 
 log = logging.getLogger("slurm_rl.daemon")
 SHOWN_REFUSALS = 5  # a log line names this many jobs, then counts the rest
@@ -79,21 +80,10 @@ def checked(decision: Decision, snapshot: ClusterSnapshot,
         if hold_refused else []
     refused.update({j: f"move: {why}" for j, why in moves_refused.items()})
     decision = dataclasses.replace(decision, placements=kept, migrations=moves)
-    return (_held(decision, frozenset(held)) if held else decision), refused
-
-
-def _held(decision: Decision, jobs: frozenset[str]) -> Decision:
-    """``decision`` with ``jobs`` taken out of its ranking (and scores and exclusions) and
-    held, ahead of its other holds."""
-    kept = [i for i, job_id in enumerate(decision.ranking) if job_id not in jobs]
-    return dataclasses.replace(
-        decision,
-        ranking=tuple(decision.ranking[i] for i in kept),
-        scores=tuple(decision.scores[i] for i in kept) if decision.scores else (),
-        holds=(*(j for j in decision.ranking if j in jobs),
-               *(j for j in decision.holds if j not in jobs)),
-        exclusions={j: nodes for j, nodes in decision.exclusions.items() if j not in jobs},
-    )
+    if not held:
+        return decision, refused
+    return held_back(decision, set(held), tuple(j for j in decision.holds if j not in held)), \
+        refused
 
 
 def _problems(
