@@ -19,7 +19,8 @@ from slurm_rl.errors import InputError
 from slurm_rl.paths import default_bundle_path
 from slurm_rl.training.actors import ORDERING_TEACHERS, PLACEMENT_TEACHERS
 from slurm_rl.training.evaluate import PLACEMENTS
-from slurm_rl.training.pool import BACKENDS
+from slurm_rl.training.pool import BACKENDS, LOAD_BASES
+from slurm_rl.training.validation import SELECTIONS
 
 console = Console()
 
@@ -72,6 +73,14 @@ def _loads(ctx: click.Context, param: click.Parameter, value: str | None
               help="Train across offered loads (e.g. 0.5,0.7,0.85,1.0): each episode runs on "
                    "the cluster scaled so that the training window offers one of them, drawn "
                    "at random; validation replays its window at each (docs/training.md).")
+@click.option("--load-basis", "load_basis", type=click.Choice(LOAD_BASES), default="window",
+              show_default=True,
+              help="Whose offered load scales an episode's cluster with --loads: the training "
+                   "window's, or the episode's own days' (as the load sweep scales a held-out "
+                   "window).")
+@click.option("--selection", type=click.Choice(SELECTIONS), default="mean", show_default=True,
+              help="Checkpoint selection: the mean cost over the validation loads, or "
+                   "every-load (a checkpoint must beat the best so far at every load).")
 @click.option("--dispatch", is_flag=True,
               help="Episodes and validation in dispatch mode (docs/daemon.md, \"Dispatch\"): "
                    "only the policy starts jobs; for a daemon run with dispatch = true.")

@@ -37,6 +37,9 @@ from slurm_rl.training.actors import RolloutConfig
 from slurm_rl.training.rollout import Episode, EpisodeSpec, run_episode
 from slurm_rl.workloads import open_workload
 
+LoadBasis = Literal["window", "episode"]
+LOAD_BASES: tuple[LoadBasis, ...] = ("window", "episode")
+
 
 @dataclass(frozen=True)
 class WorldSpec:
@@ -45,9 +48,15 @@ class WorldSpec:
     ``loads``: the offered loads an episode may be played at (its
     :class:`~.rollout.EpisodeSpec` names one). The cluster is scaled to each as the load sweep
     scales it (:func:`slurm_rl.offered_load.load_points`: every node group by one factor, the
-    GPU-type mix kept), the factor set by the offered load of ``load_window``'s jobs, the
-    training window: an episode at load 0.85 runs on the cluster that makes that whole window
-    a 0.85 load, so its own few days are as busy as the window is there."""
+    GPU-type mix kept). ``load_basis`` says whose offered load sets the factor:
+
+    * ``window``: ``load_window``'s jobs, the training window. An episode at load 0.85 runs on
+      the cluster that makes that whole window a 0.85 load, so its own few days are as busy
+      as the window is there: busier or quieter than 0.85 by the days drawn.
+    * ``episode``: the episode's own jobs, warm-up included, as the load sweep scales a
+      held-out window by that window's own load. An episode at 0.85 is a 0.85 load, on a
+      cluster as small as its days' demand makes it (a quiet month's sweep runs on a cluster
+      a quarter of the spec's size; docs/training.md, "Session 32")."""
 
     trace: str
     cluster: str
@@ -55,6 +64,7 @@ class WorldSpec:
     dispatch: bool = False  # jobs are held up to LONGEST_HOLD_S (the policies rank so too)
     loads: tuple[float, ...] = ()
     load_window: str | None = None
+    load_basis: LoadBasis = "window"
 
     @property
     def hold_cap_s(self) -> float:
@@ -69,20 +79,25 @@ class World:
     cycle_s: float
     hold_cap_s: float = SimConfig.hold_cap_s
     scaled: Mapping[float, ClusterSpec] = field(default_factory=dict)  # by offered load
+    load_basis: LoadBasis = "window"
 
     @classmethod
     def load(cls, world: WorldSpec) -> World:
         from slurm_rl.scenario import gpu_speed_table
 
         trace, spec = open_workload(world.trace), load_cluster_spec(world.cluster)
-        return cls(trace, spec, gpu_speed_table(), world.cycle_s, world.hold_cap_s,
-                   scaled_specs(trace, spec, world))
+        scaled = scaled_specs(trace, spec, world) if world.load_basis == "window" else {}
+        return cls(trace, spec, gpu_speed_table(), world.cycle_s, world.hold_cap_s, scaled,
+                   world.load_basis)
 
     def scenario(self, spec: EpisodeSpec) -> Scenario:
         jobs = window(self.trace, spec.warmup_start, spec.end)
-        return Scenario(self.cluster_at(spec.load), jobs,
-                        SimConfig(mode="slurm", cycle_s=self.cycle_s, seed=spec.seed,
-                                  hold_cap_s=self.hold_cap_s))
+        config = SimConfig(mode="slurm", cycle_s=self.cycle_s, seed=spec.seed,
+                           hold_cap_s=self.hold_cap_s)
+        if spec.load is not None and self.load_basis == "episode":
+            own = load_points(Scenario(self.spec, jobs, config), (spec.load,))[0]
+            return own.scenario
+        return Scenario(self.cluster_at(spec.load), jobs, config)
 
     def cluster_at(self, load: float | None) -> ClusterSpec:
         """The cluster spec scaled to offered load ``load`` (None: as specified)."""

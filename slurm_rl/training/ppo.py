@@ -56,9 +56,9 @@ from slurm_rl.training.objectives import (
     gae,
     plackett_luce_logp,
 )
-from slurm_rl.training.pool import Backend, RolloutPool, WorldSpec
+from slurm_rl.training.pool import Backend, LoadBasis, RolloutPool, WorldSpec
 from slurm_rl.training.rollout import Episode
-from slurm_rl.training.validation import Checkpoint, Validator
+from slurm_rl.training.validation import Checkpoint, Selection, Validator
 
 
 @dataclass
@@ -79,6 +79,12 @@ class Args:
     # cluster scaled so that the training window offers it; validation replays its window at
     # each. Empty: the cluster as specified
     loads: tuple[float, ...] = ()
+    # whose offered load scales an episode's cluster: the training window's ("window") or the
+    # episode's own days' ("episode", as the load sweep scales a held-out window); pool.py
+    load_basis: LoadBasis = "window"
+    # checkpoint selection: "mean" cost ratio over the validation loads, or "every-load" (a
+    # checkpoint must beat the best so far at every load; validation.py)
+    selection: Selection = "mean"
     # the reward and the agent
     fee_weight: float = 0.1  # λ: currency units worth one job-hour of JCT
     chooser: str = "rwgp-excluding"  # node sets inside a GPU type (agent.CHOOSERS)
@@ -137,12 +143,12 @@ def train(args: Args) -> Path:
     # ----- the world --------------------------------------------------------------------
     check_not_held_out(args.trace, args.train_window, args.validation_window)
     world = WorldSpec(args.trace, args.cluster, dispatch=args.dispatch, loads=args.loads,
-                      load_window=args.train_window)
+                      load_window=args.train_window, load_basis=args.load_basis)
     pool = RolloutPool(world, args.workers, args.torch_threads, args.backend)
     sampler = EpisodeSampler(pool.world.trace, args.train_window, args.warmup_days,
                              args.episode_days, args.loads)
     validator = Validator(world, args.validation_window, args.fee_weight, args.chooser,
-                          args.workers, args.communicate, args.loads)
+                          args.workers, args.communicate, args.loads, args.selection)
     curves = CurveLog(args.run_dir / args.exp_name, progress=args.progress)
 
     def validate(label: str) -> Checkpoint:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from torch import Tensor
 
@@ -29,12 +29,27 @@ from slurm_rl.training.pool import World, WorldSpec
 
 BASELINE = "qssf+fastest-gpu"
 
+# How a checkpoint replaces the best so far: "mean", by its mean cost ratio over the loads;
+# "every-load", only if it is also no worse at any load, so that the warm start is kept unless
+# PPO beats it everywhere (a gain at light load never buys a loss under a deep queue).
+Selection = Literal["mean", "every-load"]
+SELECTIONS: tuple[Selection, ...] = ("mean", "every-load")
+
 
 @dataclass(frozen=True)
 class Checkpoint:
     label: str
     state: dict[str, Tensor]
-    cost: float
+    cost: float  # the mean of ``ratios``
+    ratios: tuple[float, ...] = ()  # its cost over the baseline's, at each validation load
+
+    def beats(self, best: Checkpoint | None, selection: Selection) -> bool:
+        if best is None:
+            return True
+        if selection == "every-load" and any(
+                mine > theirs for mine, theirs in zip(self.ratios, best.ratios, strict=True)):
+            return False
+        return self.cost < best.cost
 
 
 def objective(result: ReplayResult, fee_weight: float) -> float:
@@ -51,7 +66,7 @@ class Validator:
     load sweep scales it (:func:`~slurm_rl.offered_load.load_points`, by the window's own
     load), and a checkpoint's score is the mean over the loads of its cost over the
     baseline's there, so that no load's larger JCTs outweigh the others. With one replay that
-    ratio orders checkpoints as the cost itself does."""
+    ratio orders checkpoints as the cost itself does. ``selection``: :data:`Selection`."""
 
     world: WorldSpec
     window_spec: str
@@ -60,6 +75,7 @@ class Validator:
     workers: int
     communicate: bool = True
     loads: tuple[float, ...] = ()
+    selection: Selection = "mean"
     rows: list[dict[str, Any]] = field(default_factory=list)
     best: Checkpoint | None = None
     _scenarios: list[tuple[float | None, Scenario]] | None = None
@@ -96,10 +112,11 @@ class Validator:
         for (load, _), per_load, baseline in zip(scenarios, results, self._baselines,
                                                  strict=True):
             ratios.append(self._record(label, load, per_load[0], baseline, log))
-        score = sum(ratios) / len(ratios)
-        if self.best is None or score < self.best.cost:
-            self.best = Checkpoint(label, state, score)
-        return self.best
+        candidate = Checkpoint(label, state, sum(ratios) / len(ratios), tuple(ratios))
+        best = candidate if candidate.beats(self.best, self.selection) else self.best
+        assert best is not None  # a candidate always beats no checkpoint
+        self.best = best
+        return best
 
     def _record(self, label: str, load: float | None, agent: ReplayResult,
                 baseline: ReplayResult, log: Callable[[str], None]) -> float:
