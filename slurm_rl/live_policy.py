@@ -60,3 +60,27 @@ def make_policy(name: str, *, seed: int = 0, bundle: Path | None = None,
     except BundleError as exc:
         raise PolicyBundleError(str(exc)) from exc
     return with_rules(scheduler, rules)
+
+
+def dispatch_mismatch(name: str, bundle: Path | None, dispatch: bool) -> str | None:
+    """One line when a learned policy's bundle was trained in the other dispatch mode than
+    the daemon runs: with dispatch only the policy starts jobs, without it Slurm starts the
+    released ones by its own priority between cycles, and a policy meets in the one world
+    queues it never saw in the other (docs/daemon.md, "Dispatch"). None when they agree, for
+    a baseline, or when the bundle does not say (an unreadable one is make_policy's to
+    report)."""
+    if not is_learned(name):
+        return None
+    from slurm_rl.agents.dual.bundle import BundleError, trained_dispatch
+    from slurm_rl.paths import default_bundle_path
+
+    path = bundle or default_bundle_path()
+    try:
+        trained = trained_dispatch(path)
+    except BundleError:
+        return None
+    if trained is None or trained == dispatch:
+        return None
+    return (f"policy bundle {path} was trained with dispatch {'on' if trained else 'off'}; "
+            f"this daemon runs with dispatch = {str(dispatch).lower()}, a world the policy "
+            f"never trained in (set dispatch = {str(trained).lower()})")

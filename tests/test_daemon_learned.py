@@ -15,7 +15,7 @@ from slurm_rl.errors import SlurmRLError
 from tests.test_daemon import Clock, _cluster, _config, _problems
 
 
-def _bundle(path: Path, seed: int = 0) -> Path:
+def _bundle(path: Path, seed: int = 0, **meta: object) -> Path:
     """An untrained policy bundle (the daemon's wiring does not depend on what it learned)."""
     import torch
 
@@ -24,7 +24,7 @@ def _bundle(path: Path, seed: int = 0) -> Path:
     from slurm_rl.agents.dual.network import DualNetwork
 
     torch.manual_seed(seed)
-    return save_bundle(path, DualNetwork(network_config(16)), {"chooser": "best-fit"})
+    return save_bundle(path, DualNetwork(network_config(16)), {"chooser": "best-fit", **meta})
 
 
 def _policies(daemon: Daemon) -> list[str]:
@@ -92,3 +92,35 @@ def test_unknown_learned_names_are_refused_in_one_line(tmp_path: Path, name: str
     with pytest.raises(SlurmRLError) as error:
         load_config(None, {"policy": name, "state_dir": tmp_path})
     assert "[daemon] policy: unknown" in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("dispatch", [False, True])
+def test_a_bundle_trained_in_the_other_dispatch_mode_is_named_in_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, dispatch: bool
+) -> None:
+    """The shipped bundle is trained with --dispatch: run without it, Slurm starts the
+    released jobs by its own priority between cycles, queues the policy never saw (issue 22:
+    the emulation agrees with live Slurm at 99.3 % with dispatch, 89.2 % without)."""
+    bundle = _bundle(tmp_path / "bundle", training={"args": {"dispatch": True}})
+    config = _config(tmp_path, policy="rl+rl", policy_bundle=bundle, dispatch=dispatch)
+    with caplog.at_level(logging.INFO):
+        daemon = Daemon(lambda: config, runner=_cluster(), clock=Clock())
+    problems = [line.getMessage() for line in _problems(caplog)]
+    if dispatch:
+        assert problems == []
+    else:
+        (line,) = problems
+        assert f"policy bundle {bundle} was trained with dispatch on" in line
+        assert line.endswith("(set dispatch = true)")
+    assert daemon.run_once().ok and _policies(daemon) == ["rl+rl-best-fit"]
+    daemon.close()
+
+
+def test_a_bundle_that_does_not_say_how_it_was_trained_gets_no_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = _config(tmp_path, policy="rl+rl", policy_bundle=_bundle(tmp_path / "bundle"))
+    with caplog.at_level(logging.INFO):
+        daemon = Daemon(lambda: config, runner=_cluster(), clock=Clock())
+    assert _problems(caplog) == []
+    daemon.close()

@@ -4,6 +4,7 @@ cluster scaled as the load sweep scales it; validation replays its window at eve
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from slurm_rl.traces import parse_window, synthetic_philly, window
 from slurm_rl.training.episodes import EpisodeSampler
 from slurm_rl.training.pool import World, WorldSpec
 from slurm_rl.training.rollout import EpisodeSpec
+from slurm_rl.training.validation import Checkpoint
 from tests.test_training_pipeline import TRAIN
 
 WINDOW = "2017-09-04T00:00:00:2017-09-06T00:00:00"
@@ -66,19 +68,55 @@ def test_an_episode_at_a_load_runs_on_the_cluster_scaled_to_offer_it() -> None:
         world.cluster_at(0.7)
 
 
+def test_on_the_episode_basis_each_episode_offers_its_load_on_its_own_days() -> None:
+    """--load-basis episode: the cluster is scaled by the episode's own jobs (warm-up
+    included), as the sweep scales a held-out window by its own load; no training window
+    is needed, and two episodes of different demand get different clusters."""
+    world = World.load(WorldSpec("synthetic", "philly-hetero", loads=(1.5,),
+                                 load_basis="episode"))
+    assert world.scaled == {}
+    start, _ = parse_window(WINDOW)
+    quiet = EpisodeSpec(warmup_start=start, start=start + 6 * 3600, end=start + 12 * 3600,
+                        seed=0, load=1.5)
+    busy = replace(quiet, warmup_start=start, end=start + 36 * 3600)
+    sizes = []
+    for spec in (quiet, busy):
+        scenario = world.scenario(spec)
+        jobs = window(world.trace, spec.warmup_start, spec.end).jobs
+        assert list(scenario.trace.jobs) == list(jobs)
+        achieved = offered_load(jobs, scenario.spec, world.trace.reference_gpu).load
+        assert achieved == pytest.approx(1.5, rel=0.1)
+        sizes.append(sum(node.gpus for node in scenario.spec.cluster.nodes))
+    assert sizes[0] != sizes[1]
+    assert world.scenario(replace(quiet, load=None)).spec == world.spec
+
+
+def test_every_load_selection_keeps_the_best_unless_beaten_at_every_load() -> None:
+    best = Checkpoint("warm start", {}, 1.0, (0.9, 1.1))
+    mixed = Checkpoint("PPO 5", {}, 0.95, (0.8, 1.1 + 1e-9))
+    everywhere = Checkpoint("PPO 10", {}, 0.95, (0.85, 1.05))
+    assert mixed.beats(best, "mean") and not mixed.beats(best, "every-load")
+    assert everywhere.beats(best, "every-load") and everywhere.beats(best, "mean")
+    assert not best.beats(everywhere, "mean") and mixed.beats(None, "every-load")
+
+
 def test_loads_need_the_window_that_sets_their_scale() -> None:
     with pytest.raises(InputError, match="needs the window"):
         World.load(WorldSpec("synthetic", "philly-hetero", loads=(1.0,)))
 
 
 @pytest.mark.slow
-def test_train_across_loads_validates_at_each_and_records_the_loads(tmp_path: Path) -> None:
+@pytest.mark.parametrize("basis", [[], ["--load-basis", "episode", "--selection", "every-load"]])
+def test_train_across_loads_validates_at_each_and_records_the_loads(
+    tmp_path: Path, basis: list[str]
+) -> None:
     result = CliRunner().invoke(
         train_command, [*TRAIN, "--loads", "0.5,2", "--output", str(tmp_path / "bundle"),
-                        "--run-dir", str(tmp_path / "runs")], catch_exceptions=False)
+                        "--run-dir", str(tmp_path / "runs"), *basis], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     meta = load_bundle(tmp_path / "bundle").meta
     assert meta["training"]["args"]["loads"] == [0.5, 2.0]
+    assert meta["training"]["args"]["load_basis"] == ("episode" if basis else "window")
     assert all("@" in when for when in meta["training"]["episodes"])
     rows = meta["metrics"]["validation"]
     assert [(row["label"], row["load"]) for row in rows] == [

@@ -39,7 +39,13 @@ from slurm_rl.daemon.history import PrimedScheduler, stored_history
 from slurm_rl.daemon.jobcomp import JobcompLog
 from slurm_rl.daemon.recorder import CycleSummary, StoreRecorder
 from slurm_rl.errors import SlurmRLError
-from slurm_rl.live_policy import FALLBACK_POLICY, PolicyBundleError, is_learned, make_policy
+from slurm_rl.live_policy import (
+    FALLBACK_POLICY,
+    PolicyBundleError,
+    dispatch_mismatch,
+    is_learned,
+    make_policy,
+)
 from slurm_rl.loop import DecisionMaker, run_cycle
 from slurm_rl.ops.prometheus import DaemonMetrics, error_kind, model_version
 from slurm_rl.retrain.follow import ModelFollower
@@ -228,6 +234,9 @@ class Daemon:
         check_private_dirs(config)
         policy = make_policy(config.policy, seed=config.seed, bundle=config.policy_bundle,
                              rules=config.ranking_rules)
+        mismatch = dispatch_mismatch(config.policy, config.policy_bundle, config.dispatch)
+        if mismatch:
+            log.warning("%s", mismatch)
         history = (stored_history(lambda: self.store, config.history_days)
                    if config.history_days > 0 else None)
         scheduler = GuardedScheduler(PrimedScheduler(policy, history),

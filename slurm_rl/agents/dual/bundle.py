@@ -198,6 +198,15 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def trained_dispatch(directory: Path | str) -> bool | None:
+    """Whether the bundle was trained in dispatch mode (``slurm-rl train --dispatch``); None
+    when its meta does not say (a bundle not written by ``slurm-rl train``)."""
+    training = _read_meta(Path(directory)).get("training")
+    args = training.get("args") if isinstance(training, dict) else None
+    found = args.get("dispatch") if isinstance(args, dict) else None
+    return found if isinstance(found, bool) else None
+
+
 def _read_meta(path: Path) -> dict[str, Any]:
     try:
         meta = json.loads((path / META_FILE).read_text())
