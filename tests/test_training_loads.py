@@ -105,8 +105,11 @@ def test_loads_need_the_window_that_sets_their_scale() -> None:
         World.load(WorldSpec("synthetic", "philly-hetero", loads=(1.0,)))
 
 
+EPISODE_BASIS = ["--load-basis", "episode", "--selection", "every-load"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("basis", [[], ["--load-basis", "episode", "--selection", "every-load"]])
+@pytest.mark.parametrize("basis", [[], EPISODE_BASIS])
 def test_train_across_loads_validates_at_each_and_records_the_loads(
     tmp_path: Path, basis: list[str]
 ) -> None:
@@ -136,3 +139,16 @@ def test_train_refuses_a_bad_load_in_one_line() -> None:
     result = CliRunner().invoke(train_command, ["--loads", "0.5,zero", "--quiet"])
     assert result.exit_code == 2
     assert "--loads" in result.output and "'zero' is not a number" in result.output
+
+
+@pytest.mark.slow
+def test_validation_may_replay_at_other_loads_than_training(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        train_command, [*TRAIN, "--loads", "0.5,2", *EPISODE_BASIS, "--validation-loads", "1.5",
+                        "--output", str(tmp_path / "bundle"), "--run-dir", str(tmp_path / "runs")],
+        catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    meta = load_bundle(tmp_path / "bundle").meta
+    assert meta["training"]["args"]["validation_loads"] == [1.5]
+    rows = meta["metrics"]["validation"]
+    assert [(row["label"], row["load"]) for row in rows] == [("warm start", 1.5), ("PPO 1", 1.5)]

@@ -73,6 +73,8 @@ def _loads(ctx: click.Context, param: click.Parameter, value: str | None
               help="Train across offered loads (e.g. 0.5,0.7,0.85,1.0): each episode runs on "
                    "the cluster scaled so that the training window offers one of them, drawn "
                    "at random; validation replays its window at each (docs/training.md).")
+@click.option("--validation-loads", "validation_loads", default=None, callback=_loads,
+              help="The loads validation replays its window at (default: --loads).")
 @click.option("--load-basis", "load_basis", type=click.Choice(LOAD_BASES), default="window",
               show_default=True,
               help="Whose offered load scales an episode's cluster with --loads: the training "
@@ -126,6 +128,7 @@ def train_command(**options: Any) -> None:
     values["progress"] = not options["quiet"]
     values["exp_name"] = options["output"].name
     values["loads"] = options["loads"] or ()
+    values["validation_loads"] = options["validation_loads"] or ()
     path = train(Args(**values))
     meta = load_bundle(path).meta
     console.print(f"bundle: {path} (checkpoint {meta['metrics']['checkpoint']}, "

@@ -82,6 +82,8 @@ class Args:
     # whose offered load scales an episode's cluster: the training window's ("window") or the
     # episode's own days' ("episode", as the load sweep scales a held-out window); pool.py
     load_basis: LoadBasis = "window"
+    # the loads validation replays its window at (empty: ``loads``)
+    validation_loads: tuple[float, ...] = ()
     # checkpoint selection: "mean" cost ratio over the validation loads, or "every-load" (a
     # checkpoint must beat the best so far at every load; validation.py)
     selection: Selection = "mean"
@@ -148,7 +150,8 @@ def train(args: Args) -> Path:
     sampler = EpisodeSampler(pool.world.trace, args.train_window, args.warmup_days,
                              args.episode_days, args.loads)
     validator = Validator(world, args.validation_window, args.fee_weight, args.chooser,
-                          args.workers, args.communicate, args.loads, args.selection)
+                          args.workers, args.communicate,
+                          args.validation_loads or args.loads, args.selection)
     curves = CurveLog(args.run_dir / args.exp_name, progress=args.progress)
 
     def validate(label: str) -> Checkpoint:
