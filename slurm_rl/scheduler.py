@@ -100,11 +100,16 @@ class Scheduler:
         jobs = [snapshot.pending[i] for i in order]
         ranking = tuple(map(_job_id, jobs))
         placements = self._place(snapshot, jobs, free)
-        exclusions = self._exclusions(snapshot, jobs, placements)
-        forward = self.last_reranking.brought_forward if self.last_reranking else ()
+        forward_users = self.last_reranking.brought_forward if self.last_reranking else ()
+        forward = tuple(j.job_id for j in jobs if j.user in forward_users)
+        # Dispatch keeps exclusions only for released jobs, and of those only the ones brought
+        # forward go without a node set: asking for the others' would be thrown away (it was
+        # most of a learned agent's replay, every pending job every cycle).
+        excludable = [j for j in jobs if j.job_id in forward] if self.rules.dispatch else jobs
+        exclusions = self._exclusions(snapshot, excludable, placements)
         decision = Decision(self.policy_id, ranking, placements, tuple(scores[order].tolist()),
                             exclusions=exclusions, migrations=self._moves(snapshot, free),
-                            forward=tuple(j.job_id for j in jobs if j.user in forward))
+                            forward=forward)
         return dispatched(decision, snapshot) if self.rules.dispatch else decision
 
     def _rank(self, snapshot: ClusterSnapshot, scores: np.ndarray) -> list[int]:

@@ -16,6 +16,7 @@ from slurm_rl.agents.ordering_baselines import Fifo
 from slurm_rl.agents.placement_baselines import FirstFit
 from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
 from slurm_rl.core import Cluster, ClusterSnapshot, Decision, Job, Node, Placement
+from slurm_rl.fairness import RankingRules
 from slurm_rl.loop import run_loop
 from slurm_rl.scheduler import Scheduler
 from slurm_rl.simulator.world import SimActuator, TraceSource
@@ -121,6 +122,25 @@ def test_the_scheduler_asks_for_exclusions_only_for_jobs_it_did_not_place():
     assert set(decision.placements) == {"placed"}
     assert dict(decision.exclusions) == {"waiting": ("k80-0", "k80-1")}
     assert Scheduler(Fifo(), FirstFit()).decide(snapshot).exclusions == {}
+
+
+def test_under_dispatch_the_scheduler_asks_for_no_exclusion_a_held_job_would_drop():
+    """Dispatch keeps exclusions for released jobs only; a held job's were asked for every
+    cycle and thrown away (most of a learned agent's replay time). The decision is the same."""
+    cluster = mixed_cluster()
+    pending = (job("placed", 0.0, 2, 10.0), job("waiting", 0.0, 12, 10.0))
+    snapshot = snapshot_of(cluster, pending, (2, 0, 0, 0))
+    asked: list[str] = []
+
+    class Counting(RwgpPlacement):
+        def exclusions(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, ...]:
+            asked.append(job.job_id)
+            return super().exclusions(job, snapshot)
+
+    decision = Scheduler(Fifo(), Counting(SPEEDS), rules=RankingRules(dispatch=True)).decide(
+        snapshot)
+    assert asked == [] and decision.exclusions == {}
+    assert set(decision.placements) == {"placed"} and decision.holds == ("waiting",)
 
 
 def test_rwgp_does_not_pin_a_gang_where_it_would_keep_slurm_from_starting_it():

@@ -39,6 +39,10 @@ class LearnedPlacement:
         self.generator = generator
         self.name = f"rl-{generator.chooser.name}"
         self.messenger = Messenger(generator, head)
+        # asked for every released job without nodes each cycle: a runtime-protocol check
+        # costs tens of µs, so it is made once (the chooser never changes)
+        chooser = generator.chooser
+        self._excluding = chooser if isinstance(chooser, ExcludingPlacement) else None
 
     def observe(self, snapshot: ClusterSnapshot) -> None:
         self.builder.observe(snapshot)
@@ -56,10 +60,10 @@ class LearnedPlacement:
 
     def exclusions(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, ...]:
         """The chooser's, judged like its candidates: without the job's model family."""
-        chooser = self.generator.chooser
-        if not isinstance(chooser, ExcludingPlacement):
+        if self._excluding is None:
             return ()
-        return chooser.exclusions(dataclasses.replace(job, model_family=""), snapshot)
+        unnamed = job if not job.model_family else dataclasses.replace(job, model_family="")
+        return self._excluding.exclusions(unnamed, snapshot)
 
     def migrations(
         self, snapshot: ClusterSnapshot, free_gpus: Sequence[int]
