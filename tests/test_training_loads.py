@@ -154,3 +154,14 @@ def test_validation_may_replay_at_other_loads_than_training(tmp_path: Path) -> N
     assert meta["training"]["args"]["validation_loads"] == [1.5]
     rows = meta["metrics"]["validation"]
     assert [(row["label"], row["load"]) for row in rows] == [("warm start", 1.5), ("PPO 1", 1.5)]
+
+
+def test_train_refuses_a_run_dir_that_is_the_bundle_s_own(tmp_path: Path) -> None:
+    """--run-dir D --output D/x wrote the run's meta over the bundle's: it no longer loaded."""
+    from slurm_rl.cli.main import main
+
+    result = CliRunner().invoke(main, ["train", *TRAIN, "--output", str(tmp_path / "x"),
+                                       "--run-dir", str(tmp_path)])
+    assert result.exit_code != 0
+    assert "give another --run-dir" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "x" / "meta.json").exists()

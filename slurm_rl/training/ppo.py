@@ -46,6 +46,7 @@ from slurm_rl import __version__
 from slurm_rl.agents.dual.agent import network_config
 from slurm_rl.agents.dual.bundle import save_bundle
 from slurm_rl.agents.dual.network import DualNetwork
+from slurm_rl.errors import InputError
 from slurm_rl.training.actors import RolloutConfig, Step, observation_tensors
 from slurm_rl.training.batch import StepBatch, collate_placements, collate_steps
 from slurm_rl.training.curves import CurveLog
@@ -144,6 +145,7 @@ def train(args: Args) -> Path:
 
     # ----- the world --------------------------------------------------------------------
     check_not_held_out(args.trace, args.train_window, args.validation_window)
+    check_run_dir(args)
     world = WorldSpec(args.trace, args.cluster, dispatch=args.dispatch, loads=args.loads,
                       load_window=args.train_window, load_basis=args.load_basis)
     pool = RolloutPool(world, args.workers, args.torch_threads, args.backend)
@@ -222,6 +224,16 @@ def train(args: Args) -> Path:
     save_bundle(args.output, network, meta)
     (args.run_dir / args.exp_name / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return args.output
+
+
+def check_run_dir(args: Args) -> None:
+    """Refuses a run directory that is the bundle's own: the run's meta.json (the bundle's
+    meta without its format and network fields) would overwrite the bundle's, and the bundle
+    would no longer load (it happened: ``--run-dir /tmp/runs --output /tmp/runs/x``)."""
+    run = args.run_dir / args.exp_name
+    if run.resolve() == args.output.resolve():
+        raise InputError(f"--run-dir {args.run_dir}: the run's files would go into the bundle "
+                         f"directory {args.output}; give another --run-dir")
 
 
 def _rewards(episode: Episode) -> np.ndarray:
