@@ -82,7 +82,8 @@ def _loads(ctx: click.Context, param: click.Parameter, value: str | None
                    "window).")
 @click.option("--selection", type=click.Choice(SELECTIONS), default="mean", show_default=True,
               help="Checkpoint selection: the mean cost over the validation loads, or "
-                   "every-load (a checkpoint must beat the best so far at every load).")
+                   "every-load (a checkpoint must also be no worse than the best so far, "
+                   "within 1 %, at every load).")
 @click.option("--dispatch", is_flag=True,
               help="Episodes and validation in dispatch mode (docs/daemon.md, \"Dispatch\"): "
                    "only the policy starts jobs; for a daemon run with dispatch = true.")

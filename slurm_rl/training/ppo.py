@@ -86,7 +86,8 @@ class Args:
     # the loads validation replays its window at (empty: ``loads``)
     validation_loads: tuple[float, ...] = ()
     # checkpoint selection: "mean" cost ratio over the validation loads, or "every-load" (a
-    # checkpoint must beat the best so far at every load; validation.py)
+    # checkpoint must also be no worse than the best so far, within 1 %, at every load;
+    # validation.py)
     selection: Selection = "mean"
     # the reward and the agent
     fee_weight: float = 0.1  # λ: currency units worth one job-hour of JCT
