@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slurm_rl.agents.dual.features import FeatureBuilder, FloatArray, IntArray
+from slurm_rl.agents.dual.features import FeatureBuilder, FloatArray, IntArray, ShapeKey, shape_key
 from slurm_rl.agents.rwgp.placement import CandidateFeatures, RwgpPlacement
 from slurm_rl.core import Cluster, ClusterSnapshot, Job, Placement
 from slurm_rl.policy import PlacementPolicy
@@ -122,6 +122,14 @@ class CandidateGenerator:
         self._spread_penalty = spread_penalty
         self._raw_speed = {k.lower(): v for k, v in builder.gpu_speed.items()}
         self._tables: _ClusterTables | None = None
+        # The RWGP's sets and scores depend on a job only through its request shape (its model
+        # family is dropped here), so within one snapshot a shape in the same free GPUs gets
+        # the same candidates: the dual agent asks for them once per shape for the messages
+        # and again for each job it places, most often in unchanged free GPUs. A heuristic
+        # chooser may read more of the job (a random one its draws), so it is never memoised.
+        self._memoise = isinstance(chooser, RwgpPlacement)
+        self._memo: dict[tuple[ShapeKey, bytes], CandidateSet] = {}
+        self._memo_of: ClusterSnapshot | None = None
 
     def tables(self, cluster: Cluster) -> _ClusterTables:
         if self._tables is None or self._tables.cluster is not cluster:
@@ -131,9 +139,20 @@ class CandidateGenerator:
     def candidates(
         self, job: Job, free_gpus: Sequence[int], snapshot: ClusterSnapshot
     ) -> CandidateSet:
+        free = np.asarray(free_gpus, dtype=np.int64)
+        if not self._memoise:
+            return self._propose(job, free, snapshot)
+        if self._memo_of is not snapshot:
+            self._memo_of, self._memo = snapshot, {}
+        key = (shape_key(job), free.tobytes())
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = self._propose(job, free, snapshot)
+        return found
+
+    def _propose(self, job: Job, free: IntArray, snapshot: ClusterSnapshot) -> CandidateSet:
         tables = self.tables(snapshot.cluster)
         job = dataclasses.replace(job, model_family="") if job.model_family else job
-        free = np.asarray(free_gpus, dtype=np.int64)
         found: list[tuple[Placement, list[float], float | None]] = []
         for t in self._types_with_room(job, free, tables) if self.per_type else ():
             masked = np.where(tables.type_of == t, free, 0)
