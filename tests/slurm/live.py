@@ -61,6 +61,17 @@ class LiveCluster:
         self.submitted.append(job_id)
         return job_id
 
+    def keep_deferred(self, job_id: str, seconds: int = 300) -> None:
+        """Lengthen the plugin's deferral of ``job_id``, just submitted, to ``seconds``. Its
+        tag stays, so the actuator still releases it as the plugin's. For a test whose
+        actuator call must find the job pending: the window (6 s) is shorter than the
+        commands a test runs before that call on a loaded machine, where each one is a
+        ``docker exec`` (CI, stop 34: a job left its window and started on its own)."""
+        assert deferral.deferred_until(self.job(job_id).admin_comment) is not None, (
+            f"job {job_id} was not deferred by the plugin")
+        result = self.run("scontrol", "update", f"JobId={job_id}", f"StartTime=now+{seconds}")
+        assert result.ok, f"cannot lengthen the deferral of {job_id}: {result.stderr}"
+
     def job(self, job_id: str) -> ScontrolJob:
         found = self.client.show_job(job_id)
         assert found is not None, f"job {job_id} vanished"
