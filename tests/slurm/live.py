@@ -53,12 +53,17 @@ class LiveCluster:
     def stop_beating(self) -> None:
         self.set_heartbeat(time.time() - 3600)
 
-    def sbatch(self, user: str | None, *options: str, script: str = "sleep 300") -> str:
+    def sbatch(self, user: str | None, *options: str, script: str = "sleep 300",
+               keep_deferred: bool = False) -> str:
+        """Submit as ``user``; with ``keep_deferred`` the plugin's deferral is lengthened
+        at once (:meth:`keep_deferred`)."""
         argv = ("sbatch", "--parsable", f"--chdir={self.jobs_dir}", "--output=/dev/null")
         result = self.run(*argv, *options, f"--wrap={script}", user=user)
         assert result.ok, f"sbatch {options} failed: {result.stderr}"
         job_id = result.stdout.strip().split(";")[0]
         self.submitted.append(job_id)
+        if keep_deferred:
+            self.keep_deferred(job_id)
         return job_id
 
     def keep_deferred(self, job_id: str, seconds: int = 300) -> None:

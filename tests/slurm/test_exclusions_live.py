@@ -28,10 +28,10 @@ pytestmark = pytest.mark.slurm
 def test_exclusions_steer_slurm_and_leave_a_users_exclude_alone(live: LiveCluster) -> None:
     source = SlurmSource(live.client)
     a100, v100 = _nodes(source.snapshot(), "a100"), _nodes(source.snapshot(), "v100")
-    ours = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10")  # deferred by the plugin
-    live.keep_deferred(ours)
-    theirs = live.sbatch("bob", "--gres=gpu:v100:1", "-t", "10", f"--exclude={v100[0]}")
-    live.keep_deferred(theirs)
+    # Deferred by the plugin (kept so while the test runs its commands).
+    ours = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", keep_deferred=True)
+    theirs = live.sbatch("bob", "--gres=gpu:v100:1", "-t", "10", f"--exclude={v100[0]}",
+                         keep_deferred=True)
     # A user's own --begin: released by nobody, so it stays pending for the later steps.
     kept = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", "--begin=now+300")
     source.snapshot()
@@ -94,8 +94,7 @@ def test_a_restarted_daemon_pins_over_the_exclusion_it_set_before(
     blocker = live.sbatch("bob", f"--nodelist={a100[-1]}", "--gres=gpu:a100:8", "-t", "10")
     live.wait_state(blocker, "RUNNING", timeout_s=SCHED_SLACK_S)
     live.beat()
-    gang = live.sbatch("alice", "--gres=gpu:a100:8", "-t", "10")
-    live.keep_deferred(gang)
+    gang = live.sbatch("alice", "--gres=gpu:a100:8", "-t", "10", keep_deferred=True)
     theirs = live.sbatch("bob", "--gres=gpu:a100:1", "-t", "10", f"--exclude={a100[0]}",
                          "--begin=now+300")  # a user's own list, and a begin nobody lifts
     first = _daemon(live, tmp_path, policy="fifo+best-fit")

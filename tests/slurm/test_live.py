@@ -38,11 +38,11 @@ def _actuator(live: LiveCluster, source: SlurmSource, mode: Mode, **config: floa
 
 
 def test_enforce_runs_jobs_exactly_where_decided(live: LiveCluster) -> None:
-    multi_a100 = live.sbatch("alice", "-N2", "--gres=gpu:a100:8", "-t", "10")
-    half_a100 = live.sbatch("bob", "--gres=gpu:a100:4", "-t", "10")
-    v100s = live.sbatch("alice", "--gpus=v100:2", "-t", "10")
-    multi_v100 = live.sbatch("bob", "-N2", "--gres=gpu:v100:2", "-t", "10")
-    one_gpu = live.sbatch("alice", "--gres=gpu:1", "-t", "10")
+    multi_a100 = live.sbatch("alice", "-N2", "--gres=gpu:a100:8", "-t", "10", keep_deferred=True)
+    half_a100 = live.sbatch("bob", "--gres=gpu:a100:4", "-t", "10", keep_deferred=True)
+    v100s = live.sbatch("alice", "--gpus=v100:2", "-t", "10", keep_deferred=True)
+    multi_v100 = live.sbatch("bob", "-N2", "--gres=gpu:v100:2", "-t", "10", keep_deferred=True)
+    one_gpu = live.sbatch("alice", "--gres=gpu:1", "-t", "10", keep_deferred=True)
     source = SlurmSource(live.client)
     snap = source.snapshot()
     pending = {j.job_id: j for j in snap.pending}
@@ -75,9 +75,9 @@ def test_enforce_runs_jobs_exactly_where_decided(live: LiveCluster) -> None:
 
 
 def test_enforce_order_decides_who_starts_first(live: LiveCluster) -> None:
-    first = live.sbatch("alice", "--gres=gpu:a100:8", "-t", "10")
-    second = live.sbatch("bob", "--gres=gpu:a100:8", "-t", "10")
-    third = live.sbatch("alice", "--gres=gpu:a100:8", "-t", "10")
+    first = live.sbatch("alice", "--gres=gpu:a100:8", "-t", "10", keep_deferred=True)
+    second = live.sbatch("bob", "--gres=gpu:a100:8", "-t", "10", keep_deferred=True)
+    third = live.sbatch("alice", "--gres=gpu:a100:8", "-t", "10", keep_deferred=True)
     source = SlurmSource(live.client)
     node = _nodes(source.snapshot(), "a100")[0]
     ranking = (third, first, second)  # not the submit order
@@ -191,7 +191,8 @@ def test_an_update_for_a_vanished_job_is_recorded(live: LiveCluster) -> None:
 
 
 def test_finished_jobs_are_reported_once_with_their_nodes(live: LiveCluster) -> None:
-    job_id = live.sbatch("alice", "--gres=gpu:v100:1", "-t", "10", script="sleep 1")
+    job_id = live.sbatch("alice", "--gres=gpu:v100:1", "-t", "10", script="sleep 1",
+                         keep_deferred=True)
     source = SlurmSource(live.client)
     snap = source.snapshot()
     node = _nodes(snap, "v100")[0]
@@ -233,8 +234,8 @@ def test_two_jobs_pinned_to_one_node_in_one_cycle_both_get_their_pin(live: LiveC
     """Issue 19 (1): two released jobs sharing a node got one ``JobId=a,b ReqNodeList=...``
     call, Slurm refused it, the refusal was recorded as "vanished", and both jobs ran on
     nodes Slurm chose."""
-    first = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10")
-    second = live.sbatch("bob", "--gres=gpu:a100:1", "-t", "10")
+    first = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", keep_deferred=True)
+    second = live.sbatch("bob", "--gres=gpu:a100:1", "-t", "10", keep_deferred=True)
     source = SlurmSource(live.client)
     node = _nodes(source.snapshot(), "a100")[-1]  # not where Slurm would put them
     placements = {j: Placement((node,), (1,)) for j in (first, second)}
@@ -254,7 +255,7 @@ def test_a_pin_slurm_refuses_is_journaled_as_refused_with_slurms_message(
 ) -> None:
     """Issue 19: a refused call is recorded as refused, with Slurm's own words (measured on
     22.05.8: ``Invalid node name specified for job N``), not as a vanished job."""
-    job_id = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10")
+    job_id = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", keep_deferred=True)
     source = SlurmSource(live.client)
     source.snapshot()
     store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
@@ -278,14 +279,14 @@ def test_an_untyped_gang_slurm_places_stays_on_one_gpu_type(live: LiveCluster) -
     runs on one type (Slurm 22.05.8's matching OR, ``Features=[a100|v100]``)."""
     source = SlurmSource(live.client)
     a100 = _nodes(source.snapshot(), "a100")
-    fillers = {live.sbatch("alice", "--gres=gpu:a100:8", "-t", "10"): (node, 8)
-               for node in a100[:-1]}
-    fillers[live.sbatch("bob", "--gres=gpu:a100:4", "-t", "10")] = (a100[-1], 4)
+    fillers = {live.sbatch("alice", "--gres=gpu:a100:8", "-t", "10", keep_deferred=True):
+               (node, 8) for node in a100[:-1]}
+    fillers[live.sbatch("bob", "--gres=gpu:a100:4", "-t", "10", keep_deferred=True)] = (a100[-1], 4)
     placements = {job: Placement((node,), (gpus,)) for job, (node, gpus) in fillers.items()}
     _actuator(live, source, Mode.ENFORCE).apply(Decision("fill", tuple(fillers), placements))
     for job_id in fillers:
         live.wait_state(job_id, "RUNNING", timeout_s=live.window_s + SCHED_SLACK_S)
-    gang = live.sbatch("alice", "-N2", "--gpus-per-node=4", "-t", "10")
+    gang = live.sbatch("alice", "-N2", "--gpus-per-node=4", "-t", "10", keep_deferred=True)
     source.snapshot()
     config = ActuatorConfig(mode=Mode.ENFORCE, one_gpu_type=True)
     report = SlurmActuator(live.client, config, pins=source.pins).apply(Decision("t", (gang,)))

@@ -23,8 +23,7 @@ def test_a_users_nodelist_is_left_to_slurm(live: LiveCluster, tmp_path: Path) ->
     live.wait_state(blocker, "RUNNING", timeout_s=SCHED_SLACK_S)
     live.beat()
     theirs = live.sbatch("bob", "--gres=gpu:a100:1", "-t", "10", f"--nodelist={a100[-1]}")
-    plain = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10")
-    live.keep_deferred(plain)
+    plain = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", keep_deferred=True)
     daemon = _daemon(live, tmp_path, policy="fifo+best-fit")
     try:
         for _ in range(2):  # a later cycle leaves it alone too
