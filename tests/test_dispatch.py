@@ -64,3 +64,49 @@ def test_dispatched_releases_the_started_and_forward_jobs_and_holds_the_rest():
     assert held.holds == ("c", "d", "e")  # ranked first, then the unranked in queue order
     assert dict(held.exclusions) == {"b": ("n1",)}
     assert dict(held.placements) == dict(decision.placements)
+
+
+class _CountingFifo(Fifo):
+    """FIFO that counts how often the scheduler asks it for scores."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def score(self, snapshot: ClusterSnapshot):  # type: ignore[no-untyped-def]
+        self.asked += 1
+        return super().score(snapshot)
+
+
+def _crowded(*, nice: int = 0) -> ClusterSnapshot:
+    """3 GPUs free in all; every pending job asks for 4."""
+    cluster = Cluster("c", (Node("n0", "V100", 8), Node("n1", "V100", 8)))
+    pending = tuple(job(name, float(i), 4, 10.0, nice=nice if name == "b" else 0)
+                    for i, name in enumerate("cab"))
+    return ClusterSnapshot(100.0, cluster, (2, 1), pending)
+
+
+def test_dispatch_holds_everything_unscored_when_no_pending_job_fits_in_the_free_gpus():
+    ordering = _CountingFifo()
+    decision = Scheduler(ordering, FirstFit(), rules=DISPATCH).decide(_crowded())
+    assert ordering.asked == 0
+    assert (decision.ranking, decision.scores, dict(decision.placements)) == ((), (), {})
+    assert decision.holds == ("c", "a", "b")  # every pending job, in queue order
+
+
+def test_the_unscored_hold_keeps_the_decision_the_scored_one_would_make():
+    full = dispatched(Scheduler(Fifo(), FirstFit()).decide(_crowded()), _crowded())
+    idle = Scheduler(Fifo(), FirstFit(), rules=DISPATCH).decide(_crowded())
+    assert (idle.ranking, dict(idle.placements), dict(idle.exclusions), idle.forward) == (
+        full.ranking, dict(full.placements), dict(full.exclusions), full.forward)
+    assert sorted(idle.holds) == sorted(full.holds)
+
+
+@pytest.mark.parametrize("rules, snapshot", [
+    (RankingRules(), _crowded()),  # without dispatch the ranking is Slurm's priorities
+    (DISPATCH, _crowded(nice=500)),  # --nice re-ranks: the step needs the policy's order
+])
+def test_the_ordering_is_asked_when_its_order_can_matter(rules, snapshot):
+    ordering = _CountingFifo()
+    Scheduler(ordering, FirstFit(), rules=rules).decide(snapshot)
+    assert ordering.asked == 1
