@@ -32,6 +32,7 @@ from slurm_rl.core import (
     SpeedObservation,
 )
 from slurm_rl.simulator.columns import ArrivalColumns
+from slurm_rl.simulator.holds import DeferralBook, HoldTimes, extensions
 from slurm_rl.simulator.outcomes import JobOutcome, Timeline
 from slurm_rl.simulator.slurm_emulation import (
     DEFAULT_RESERVATIONS,
@@ -180,6 +181,7 @@ class Simulation:
         self._slurm = SlurmJobState(one_type_of=one_type_sizes(cluster, self.config.one_gpu_type),
                                     held=held() if held is not None else None,
                                     end_lag_s=self.config.slurm_end_lag_s)
+        self._deferrals = DeferralBook(self._slurm.eligible_at)
         self.outcomes: list[JobOutcome] = []
         self.timeline = Timeline()
         self.rejected_actions = 0
@@ -560,23 +562,18 @@ class Simulation:
     def _hold(self, holds: Sequence[JobId]) -> None:
         """Extend held jobs' deferrals as the daemon does live: to two review periods ahead
         (never past the cap) once under 1.5 are left; one review a period renews them."""
-        cap, review, now = self.config.hold_cap_s, max(self.config.cycle_s, _REVIEW_S), self.now
-        ahead, renew, held = now + 2 * review, now + 1.5 * review, False
-        slurm, pending = self._slurm, self._pending
-        for job_id in holds:  # (every pending job, every cycle: no min(), no attribute look-ups)
-            job = pending.get(job_id)
-            if job is None or job_id in slurm.released or now >= (end := job.submit_time + cap):
-                continue
-            until = end if end < ahead else ahead
-            if slurm.eligible_at.get(job_id, 0.0) < (until if until < renew else renew):
-                self._defer(job_id, until)
-            held = True
+        review, now = max(self.config.cycle_s, _REVIEW_S), self.now
+        times = HoldTimes(now, now + 1.5 * review, now + 2 * review, self.config.hold_cap_s)
+        extended, held = extensions(self._deferrals, holds, self._pending, self._slurm.released,
+                                    times)
+        for job_id, until in extended:
+            self._defer(job_id, until)
         if held and self._review_at <= self.now:
             self._review_at = self.now + review
             self._push(self._review_at, _TICK, None)
 
     def _defer(self, job_id: JobId, until: float) -> None:
-        self._slurm.eligible_at[job_id] = until
+        self._deferrals.set(job_id, until)
         self._push(until, _EXPIRE, job_id)
 
     def _slurm_pass(self) -> None:
