@@ -66,7 +66,7 @@ class _ByNodeValue(_OrderedPlacement):
 
     def __init__(self) -> None:
         self._cluster: Cluster | None = None
-        self._value: list[float] = []
+        self._base: list[int] = []
 
     def node_value(self, cluster: Cluster, index: int) -> float:
         raise NotImplementedError
@@ -74,8 +74,17 @@ class _ByNodeValue(_OrderedPlacement):
     def order(self, free_gpus: Sequence[int], snapshot: ClusterSnapshot) -> Sequence[int]:
         if self._cluster is not snapshot.cluster:
             self._cluster = snapshot.cluster
-            self._value = [self.node_value(snapshot.cluster, i) for i in range(len(free_gpus))]
-        return sorted(range(len(free_gpus)), key=lambda i: (self._value[i], free_gpus[i]))
+            self._base = self._value_keys(snapshot.cluster)
+        # (value, free GPUs) as one integer: the rank of the node's value times a step above
+        # any node's GPU count, plus its free GPUs (a tuple key per node was most of a cycle)
+        keys = [base + free for base, free in zip(self._base, free_gpus, strict=True)]
+        return sorted(range(len(keys)), key=keys.__getitem__)
+
+    def _value_keys(self, cluster: Cluster) -> list[int]:
+        values = [self.node_value(cluster, i) for i in range(len(cluster.nodes))]
+        rank = {value: r for r, value in enumerate(sorted(set(values)))}
+        step = max((node.gpus for node in cluster.nodes), default=0) + 1
+        return [rank[value] * step for value in values]
 
 
 class FastestGpuFirst(_ByNodeValue):
