@@ -79,9 +79,11 @@ def extensions(book: DeferralBook, holds: Sequence[JobId], pending: Mapping[JobI
     out: list[tuple[JobId, float]] = []
     for until, job_id in due:
         job = pending.get(job_id)
-        end = times.end_of(job) if job is not None else until
-        if job is None or until >= end or now >= end:
-            continue  # started (its entry would be gone), or at its cap for good
+        if job is None:
+            continue  # not pending (a started job's entry is gone already)
+        end = times.end_of(job)
+        if until >= end or now >= end:
+            continue  # deferred to its cap, or past it: never extended again
         if job_id in wanted and job_id not in released:
             out.append((job_id, min(end, times.ahead)))
         else:
