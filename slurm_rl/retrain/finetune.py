@@ -13,7 +13,12 @@ import numpy as np
 import torch
 
 from slurm_rl import __version__
-from slurm_rl.agents.dual.bundle import PLACEMENT_GP, load_bundle, save_bundle
+from slurm_rl.agents.dual.bundle import (
+    INHERITED_META,
+    PLACEMENT_GP,
+    load_bundle,
+    save_bundle,
+)
 from slurm_rl.retrain.calibrate import Calibration
 from slurm_rl.training.actors import RolloutConfig
 from slurm_rl.training.objectives import ReturnScaler
@@ -81,8 +86,7 @@ def finetune(base: Path, calibration: Calibration, output: Path,
                           **{k: float(v) for k, v in stats.items()}})
     network.eval()
     meta = {
-        **{k: v for k, v in bundle.meta.items()
-           if k in ("fee_weight", "chooser", "communicate", "training")},
+        **{k: v for k, v in bundle.meta.items() if k in INHERITED_META},
         "trained_with": "slurm-rl retrain (PPO fine-tuning on a scenario calibrated from "
                         "the store)",
         "fine_tuned_from": str(base),

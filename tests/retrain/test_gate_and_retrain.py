@@ -5,7 +5,9 @@ line while the active version stays."""
 
 from __future__ import annotations
 
+import json
 import logging
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,6 +44,15 @@ def damaged(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return damaged_bundle(NEGATABLE_BUNDLE, tmp_path_factory.mktemp("bad") / "bundle")
 
 
+def unguarded_copy(source: Path, target: Path) -> Path:
+    """``source`` deployed with its age guard off (meta.json ``starvation_h`` 0)."""
+    shutil.copytree(source, target)
+    meta_path = target / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "starvation_h": 0}))
+    return target
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     return Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
@@ -71,8 +82,9 @@ def test_a_retrain_registers_judges_and_promotes_over_a_worse_active_version(
     registry = ModelRegistry(store.engine)
     bad = registry.register("rl+rl", bundle=damaged, note="damaged on purpose")
     registry.promote(bad)
+    base = unguarded_copy(NEGATABLE_BUNDLE, tmp_path / "base")
     result = retrain(store.engine.url.render_as_string(), tiny(tmp_path,
-                     base_bundle=NEGATABLE_BUNDLE), now=NOW)
+                     base_bundle=base), now=NOW)
     assert result.status == "promoted", result.message
     assert result.version == bad + 1 and registry.active_number() == result.version
     version = registry.get(result.version)
@@ -82,7 +94,8 @@ def test_a_retrain_registers_judges_and_promotes_over_a_worse_active_version(
     with Session(store.engine) as session:  # the candidate really was fine-tuned
         row = session.get(ModelVersionRow, result.version)
         assert row is not None and row.meta is not None and row.weights
-        assert row.meta["fine_tuned_from"] == str(NEGATABLE_BUNDLE)
+        assert row.meta["fine_tuned_from"] == str(base)
+        assert row.meta["starvation_h"] == 0  # the base's deployed guard, kept
         refit = row.meta["placement_gp"]  # the chooser starts from the site's GP
         assert isinstance(refit, dict) and "raw_noise" in refit
         assert len(row.meta["retrain"]["curve"]) == 1  # type: ignore[index, arg-type]

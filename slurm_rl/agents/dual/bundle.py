@@ -35,6 +35,10 @@ PLACEMENT_GP = "placement_gp"  # meta key: the chooser's refit RWGP hyperparamet
 #: far slower than their best (the RWGP's exclusions); ``rwgp`` offers every node set, as the
 #: bundles trained before it expect.
 CHOOSERS = ("rwgp-excluding", "rwgp", "best-fit")
+#: The meta keys a fine-tuned bundle (``slurm-rl retrain``) keeps from its base: how it acts
+#: (λ, the chooser, communication, the age guard) and how the base was trained. Retraining
+#: must not change a setting the site deployed with, such as a guard turned off.
+INHERITED_META = ("fee_weight", "chooser", "communicate", "starvation_h", "training")
 
 
 class BundleError(SlurmRLError):
