@@ -67,8 +67,10 @@ def finetune(base: Path, calibration: Calibration, output: Path,
                    fee_weight=bundle.fee_weight, chooser=bundle.chooser)
     optimizer = torch.optim.Adam(network.parameters(), lr=settings.learning_rate, eps=1e-5)
     scaler = ReturnScaler(args.gamma)
+    # the rollouts rank as the bundle will once deployed: its λ, chooser, message and guard
     rollout = RolloutConfig(bundle.fee_weight, bundle.chooser, "sample", args.max_jobs,
-                            args.rank_k, communicate=bool(bundle.meta.get("communicate", True)))
+                            args.rank_k, communicate=bool(bundle.meta.get("communicate", True)),
+                            starvation_s=bundle.starvation_s)
     world = WorldSpec(str(calibration.training_trace), str(calibration.cluster_spec))
     rng = np.random.default_rng(settings.seed)
     curve: list[dict[str, float]] = []
