@@ -3,6 +3,10 @@ time limits, and the age guard every realisable ordering can be run under."""
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -59,8 +63,17 @@ def test_sjf_limit_ranks_by_the_time_limit_ties_and_no_limit_last() -> None:
     assert order(SjfLimit(), snapshot(pending)) == ["hour", "day", "day2", "none"]
 
 
-def test_the_age_guard_is_the_shipped_dual_agents() -> None:
-    assert load_bundle(default_bundle_path()).starvation_s == STARVATION_S == 168 * HOUR
+def test_the_shipped_agent_runs_unguarded_and_the_aged_twins_keep_the_bundle_default(
+        tmp_path: Path) -> None:
+    """The shipped bundle turns the guard off (session 36, docs/training.md); the ``-aged``
+    twins keep 168 h, the guard of a bundle whose meta.json does not set one."""
+    assert load_bundle(default_bundle_path()).starvation_s is None
+    shutil.copytree(default_bundle_path(), tmp_path / "bundle")
+    meta_path = tmp_path / "bundle" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["starvation_h"]
+    meta_path.write_text(json.dumps(meta))
+    assert load_bundle(tmp_path / "bundle").starvation_s == STARVATION_S == 168 * HOUR
 
 
 def test_aged_orderings_put_the_starved_first_longest_waiting_first() -> None:
