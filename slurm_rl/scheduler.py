@@ -41,6 +41,7 @@ from slurm_rl.policy import (
     PlacementPolicy,
 )
 from slurm_rl.reservation import Reservation, reserve
+from slurm_rl.room import Room
 
 Walk = Literal["strict", "greedy"]
 _job_id = attrgetter("job_id")
@@ -162,15 +163,18 @@ class Scheduler:
         forward = set(self.last_reranking.brought_forward) if self.last_reranking else set()
         self.last_reservation = None
         unheld: list[int] = []  # free less the held GPUs, while a reservation holds some
+        # Whether a job's shape could fit at all (most jobs a loaded walk meets cannot): in
+        # free, and in unheld once a reservation holds GPUs
+        room_in_free = room_in_unheld = Room(snapshot.cluster, free)
         for job in jobs:
             if available == 0:
                 break
             held: Reservation | None = self.last_reservation
-            usable, room = free, available
+            usable, room, shapes = free, available, room_in_free
             if held is not None and not held.allows(job, snapshot.time):
-                usable, room = unheld, available - held.held_gpus
+                usable, room, shapes = unheld, available - held.held_gpus, room_in_unheld
             placement = None
-            if job.num_gpus <= room:
+            if job.num_gpus <= room and shapes.could_fit(job):
                 placement = self.placement.place(job, usable, snapshot)
             if placement is None:
                 if self.walk == "strict":
@@ -181,9 +185,12 @@ class Scheduler:
                     if self.last_reservation is not None:
                         unheld = [f - h for f, h in
                                   zip(free, self.last_reservation.held, strict=True)]
+                        room_in_unheld = Room(snapshot.cluster, unheld)
                 continue
             placements[job.job_id] = placement
             self._take(snapshot, placement, free, unheld)
+            room_in_free.changed()
+            room_in_unheld.changed()
             available -= placement.num_gpus
         return placements
 

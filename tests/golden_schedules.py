@@ -16,6 +16,8 @@ from pathlib import Path
 from slurm_rl.agents.ordering_baselines import Fifo
 from slurm_rl.agents.registry import make_scheduler
 from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
+from slurm_rl.fairness import LONGEST_HOLD_S, RankingRules
+from slurm_rl.offered_load import load_points
 from slurm_rl.scenario import PerformanceMode, Scenario, replay
 from slurm_rl.scheduler import Scheduler
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
@@ -38,6 +40,8 @@ class Case:
     checkpointable: float = 0.0
     seed: int = 0
     eager_moves: bool = False  # RWGP moving after 30 min to a node 1.2x faster: migrations
+    load: float | None = None  # the cluster scaled to offer this load (a queue to walk)
+    dispatch: bool = False  # the daemon's dispatch rule, holds up to the longest hold
 
 
 CASES = (
@@ -59,6 +63,14 @@ CASES = (
          checkpointable=0.5, eager_moves=True),
     Case("direct-rwgp-migrations", "fifo+rwgp", "philly-hetero", 0.15,
          SimConfig(mode="direct"), checkpointable=0.5, eager_moves=True),
+    # Recorded before the walk's room test (slurm_rl/room.py): queues deep enough that most
+    # placements asked for are refused, with and without dispatch's holds.
+    Case("slurm-loaded-dispatch-fifo-fastest", "fifo+fastest-gpu", "philly-hetero", 1.0,
+         SimConfig(mode="slurm", hold_cap_s=LONGEST_HOLD_S), load=5.0, dispatch=True),
+    Case("slurm-loaded-limit-bf", "sjf-limit+best-fit", "philly-hetero", 1.0,
+         SimConfig(mode="slurm"), load=5.0),
+    Case("slurm-loaded-dispatch-multifactor-rwgp", "multifactor+rwgp", "philly-hetero", 1.0,
+         SimConfig(mode="slurm", hold_cap_s=LONGEST_HOLD_S), load=5.0, dispatch=True),
 )
 
 Schedule = list[list[object]]  # per job: id, start, end, node names, GPUs, restarts
@@ -70,7 +82,10 @@ def schedule(case: Case) -> Schedule:
     spec = load_cluster_spec(case.cluster)
     scenario = Scenario(spec, trace, case.sim, fluctuation=case.fluctuation,
                         performance=case.performance, checkpointable=case.checkpointable)
-    scheduler = make_scheduler(case.policy, datasheet_gpu_speeds())
+    if case.load is not None:
+        scenario = load_points(scenario, [case.load])[0].scenario
+    rules = RankingRules(dispatch=True) if case.dispatch else None
+    scheduler = make_scheduler(case.policy, datasheet_gpu_speeds(), rules=rules)
     if case.eager_moves:
         eager = PlacementConfig(migrate_after_s=1800.0, migrate_speedup=1.2)
         scheduler = Scheduler(Fifo(), RwgpPlacement(datasheet_gpu_speeds(), eager))
