@@ -3,9 +3,18 @@ whose numbers are simple enough to check by hand (the measured model is tested o
 
 from __future__ import annotations
 
+from slurm_rl.agents.registry import make_scheduler
 from slurm_rl.core import Cluster, Job, Node
+from slurm_rl.fairness import LONGEST_HOLD_S, RankingRules
+from slurm_rl.offered_load import load_points
+from slurm_rl.scenario import Scenario, replay
+from slurm_rl.simulator.cluster_spec import load_cluster_spec
 from slurm_rl.simulator.engine import SimConfig, Simulation
+from slurm_rl.simulator.perfmodel import datasheet_gpu_speeds
 from slurm_rl.simulator.speed import SpeedModel
+from slurm_rl.workloads import open_workload
+
+Schedule = list[tuple[str, float, float, tuple[str, ...], tuple[int, ...]]]
 
 
 class SimplePerformance:
@@ -51,3 +60,18 @@ def simulation(jobs: list[Job], mode: str = "direct", cycle_s: float = 0.0,
     config = SimConfig(mode=mode, cycle_s=cycle_s, defer_window_s=defer_window_s,  # type: ignore[arg-type]
                        hold_cap_s=hold_cap_s)
     return Simulation(cluster, sorted(jobs, key=lambda j: j.submit_time), speed, None, config)
+
+
+def loaded_dispatch_schedule(policy: str, *, days: float, seed: int, load: float) -> Schedule:
+    """``policy`` on a synthetic workload on philly-hetero scaled to offer ``load``, slurm
+    mode with dispatch (a queue, so that many jobs ask for room in the same free GPUs):
+    every finished job's id, start, end, nodes and GPUs, sorted."""
+    trace = open_workload("synthetic", days=days, seed=seed)
+    config = SimConfig(mode="slurm", hold_cap_s=LONGEST_HOLD_S)
+    scenario = Scenario(load_cluster_spec("philly-hetero"), trace, config)
+    loaded = load_points(scenario, [load])[0].scenario
+    scheduler = make_scheduler(policy, datasheet_gpu_speeds(), rules=RankingRules(dispatch=True))
+    result = replay(loaded, scheduler, policy_id=policy)
+    return sorted((o.job.job_id, o.start, o.end, tuple(o.nodes), tuple(o.gpus))
+                  for o in result.outcomes)
+
