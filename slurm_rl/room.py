@@ -15,7 +15,7 @@ The test is a necessary condition only, exact for the shapes it knows (``p`` = G
 ``n`` = nodes, ``g`` = GPUs; free counts of the job's type sorted in descending order):
 
 * ``p`` given: at least :math:`\\lceil g/p \\rceil` nodes (or ``n``) with ``p`` free;
-* only ``n`` given: ``n`` nodes with a free GPU whose ``n`` largest free counts sum to ``g``;
+* only ``n`` given: ``n`` nodes with a free GPU whose ``n`` largest free counts reach ``g``;
 * neither: ``g`` free GPUs in all.
 """
 

@@ -170,11 +170,11 @@ class Scheduler:
             if available == 0:
                 break
             held: Reservation | None = self.last_reservation
-            usable, room, shapes = free, available, room_in_free
+            usable, room, room_test = free, available, room_in_free
             if held is not None and not held.allows(job, snapshot.time):
-                usable, room, shapes = unheld, available - held.held_gpus, room_in_unheld
+                usable, room, room_test = unheld, available - held.held_gpus, room_in_unheld
             placement = None
-            if job.num_gpus <= room and shapes.could_fit(job):
+            if job.num_gpus <= room and room_test.could_fit(job):
                 placement = self.placement.place(job, usable, snapshot)
             if placement is None:
                 if self.walk == "strict":
