@@ -3,6 +3,8 @@ whose numbers are simple enough to check by hand (the measured model is tested o
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from slurm_rl.agents.registry import make_scheduler
 from slurm_rl.core import Cluster, Job, Node
 from slurm_rl.fairness import LONGEST_HOLD_S, RankingRules
@@ -36,7 +38,8 @@ class SimplePerformance:
     def colocation_factor(self, family: str, neighbour_families: tuple[str, ...]) -> float:
         return 0.9 if neighbour_families else 1.0
 
-    def gang_colocation_factor(self, family: str, neighbours_by_node) -> float:
+    def gang_colocation_factor(self, family: str,
+                               neighbours_by_node: Iterable[tuple[str, ...]]) -> float:
         return min(self.colocation_factor(family, tuple(n)) for n in neighbours_by_node)
 
 

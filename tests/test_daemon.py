@@ -326,7 +326,7 @@ def test_the_guard_keeps_an_untyped_gang_on_one_gpu_type() -> None:
     assert placement_problem(job, mixed, cluster) == (
         "an untyped request on 2 GPU types (a100, v100); allow_mixed_gpu_types is off")
     assert placement_problem(job, mixed, cluster, allow_mixed_gpu_types=True) is None
-    snapshot = ClusterSnapshot(0.0, cluster, {"a100-02": 8, "v100-01": 4}, (job,), (), ())
+    snapshot = ClusterSnapshot(0.0, cluster, (8, 4), (job,), (), ())
     kept, refused = checked(Decision("p", ("9",), {"9": mixed}), snapshot)
     assert dict(kept.placements) == {} and "2 GPU types" in refused["9"]
 
@@ -337,7 +337,7 @@ def test_under_dispatch_the_guard_holds_a_job_whose_placement_it_refuses() -> No
     cluster = Cluster("c", (Node("a100-02", "a100", 8), Node("v100-01", "v100", 4)))
     gang = Job("9", 0.0, 2, num_nodes=2, gpus_per_node=1)  # untyped: one GPU type only
     other, brought = Job("8", 0.0, 1), Job("7", 0.0, 2, num_nodes=2, gpus_per_node=1)
-    snapshot = ClusterSnapshot(0.0, cluster, {"a100-02": 8, "v100-01": 4},
+    snapshot = ClusterSnapshot(0.0, cluster, (8, 4),
                                (gang, other, brought), (), ())
     mixed = Placement(("a100-02", "v100-01"), (1, 1))
     decision = Decision("p", ("7", "9", "8"),
@@ -570,7 +570,7 @@ class _AlwaysMoving:
         self.inner, self.job_id, self.to = inner, job_id, to
 
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
-        decision = self.inner.decide(snapshot)
+        decision: Decision = self.inner.decide(snapshot)
         return dataclasses.replace(decision, migrations={self.job_id: self.to})
 
 
