@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -13,6 +14,9 @@ from slurm_rl.agents.dual.bundle import load_bundle
 from slurm_rl.agents.dual.features import FEATURE_SCHEMA_VERSION
 from slurm_rl.agents.names import realisable_orderings
 from slurm_rl.cli.train import evaluate_command, train_command
+from slurm_rl.training.actors import RolloutConfig
+from slurm_rl.training.evaluate import PolicySpec, replay_replicas
+from slurm_rl.training.pool import RolloutPool
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +45,7 @@ def test_train_writes_a_bundle_with_its_provenance(trained: Path) -> None:
     meta = bundle.meta
     assert meta["feature_schema"]["version"] == FEATURE_SCHEMA_VERSION
     assert meta["fee_weight"] == 0.1 and meta["seed"] == 1 and meta["chooser"] == "best-fit"
+    assert meta["starvation_h"] == 168.0 and bundle.starvation_s == 168 * 3600.0
     assert meta["training"]["train_window"].startswith("2017-09-04")
     assert len(meta["training"]["episodes"]) == 2  # one cloning and one PPO episode
     assert [v["label"] for v in meta["metrics"]["validation"]] == ["warm start", "PPO 1"]
@@ -59,6 +64,35 @@ def test_training_twice_with_one_seed_gives_the_same_weights(trained: Path,
     first = load_bundle(trained / "bundle").network.state_dict()
     second = load_bundle(tmp_path / "again").network.state_dict()
     assert all(first[k].equal(second[k]) for k in first)
+
+
+def test_the_guard_trained_under_is_the_guard_validated_and_shipped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--starvation-h 0``: the rollouts rank without the age guard, validation replays the
+    checkpoints without it, and the bundle ships without it (what is trained is deployed)."""
+    rollout_guards: list[float | None] = []
+    validated_meta: list[object] = []
+    collect = RolloutPool.collect
+
+    def spy_collect(self: RolloutPool, network: Any, config: RolloutConfig, *rest: Any) -> Any:
+        rollout_guards.append(config.starvation_s)
+        return collect(self, network, config, *rest)
+
+    def spy_replay(scenarios: Any, specs: list[PolicySpec], *rest: Any, **named: Any) -> Any:
+        validated_meta.extend(spec.meta.get("starvation_h") for spec in specs
+                              if spec.weights is not None)
+        return replay_replicas(scenarios, specs, *rest, **named)
+
+    monkeypatch.setattr(RolloutPool, "collect", spy_collect)
+    monkeypatch.setattr("slurm_rl.training.validation.replay_replicas", spy_replay)
+    result = CliRunner().invoke(
+        train_command, [*TRAIN, "--starvation-h", "0", "--output", str(tmp_path / "b"),
+                        "--run-dir", str(tmp_path / "runs")], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert rollout_guards and set(rollout_guards) == {None}
+    assert validated_meta == [0.0, 0.0]  # the warm start and PPO 1
+    bundle = load_bundle(tmp_path / "b")
+    assert bundle.meta["starvation_h"] == 0.0 and bundle.starvation_s is None
 
 
 def test_evaluate_reports_every_policy_and_a_verdict(trained: Path, tmp_path: Path) -> None:

@@ -29,6 +29,12 @@ STARVATION_H = 168.0
 STARVATION_S = STARVATION_H * 3600.0
 
 
+def guard_seconds(hours: float) -> float | None:
+    """A guard given in hours (a bundle's ``starvation_h``, ``train --starvation-h``) as
+    :func:`promote_starved` takes it: seconds, or None when ``hours`` is 0 (off)."""
+    return hours * 3600.0 if hours > 0 else None
+
+
 def promote_starved(scores: FloatArray, waits_s: FloatArray,
                     limit_s: float | None) -> FloatArray:
     """Scores that rank every job pending for ``limit_s`` or longer ahead of all others, the

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from slurm_rl.agents.dual.bundle import CHOOSERS, load_bundle
 from slurm_rl.agents.dual.network import PRIORS
+from slurm_rl.agents.starvation import STARVATION_H
 from slurm_rl.cli.main import FriendlyGroup
 from slurm_rl.cli.options import FiniteFloat, WritableDir, checkpoint_options, dispatch_options
 from slurm_rl.errors import InputError
@@ -107,6 +108,10 @@ def _loads(ctx: click.Context, param: click.Parameter, value: str | None
               default="qssf", show_default=True,
               help="What the warm start's ranking clones: QSSF's predicted GPU-hours, or the "
                    "time limit (sjf-limit, the ordering prior's rule).")
+@click.option("--starvation-h", "starvation_h", default=STARVATION_H, show_default=True,
+              type=FiniteFloat(min=0.0),
+              help="The age guard the rollouts and validation rank under and the bundle ships "
+                   "with (its starvation_h): hours pending before a job goes first; 0: off.")
 @click.option("--learning-rate", "learning_rate", default=1e-3, show_default=True,
               type=FiniteFloat(min=0.0, min_open=True))
 @click.option("--update-epochs", "update_epochs", default=8, show_default=True,

@@ -46,6 +46,7 @@ from slurm_rl import __version__
 from slurm_rl.agents.dual.agent import network_config
 from slurm_rl.agents.dual.bundle import save_bundle
 from slurm_rl.agents.dual.network import DualNetwork
+from slurm_rl.agents.starvation import STARVATION_H, guard_seconds
 from slurm_rl.errors import InputError
 from slurm_rl.training.actors import RolloutConfig, Step, observation_tensors
 from slurm_rl.training.batch import StepBatch, collate_placements, collate_steps
@@ -108,6 +109,9 @@ class Args:
     ordering_sharpness: float = 0.0
     # the ranking the warm start clones: "qssf" (predicted GPU-hours) or "limit" (the prior's)
     ordering_teacher: str = "qssf"
+    # the age guard the rollouts and validation rank under and the bundle ships with (its
+    # meta's starvation_h): hours pending before a job goes first; 0 turns it off
+    starvation_h: float = STARVATION_H
     max_jobs: int = 128  # candidate set size
     rank_k: int = 16  # ranked prefix that is the ordering action
     # behaviour cloning
@@ -154,7 +158,8 @@ def train(args: Args) -> Path:
                              args.episode_days, args.loads)
     validator = Validator(world, args.validation_window, args.fee_weight, args.chooser,
                           args.workers, args.communicate,
-                          args.validation_loads or args.loads, args.selection)
+                          args.validation_loads or args.loads, args.selection,
+                          starvation_h=args.starvation_h)
     curves = CurveLog(args.run_dir / args.exp_name, progress=args.progress)
 
     def validate(label: str) -> Checkpoint:
@@ -175,6 +180,7 @@ def train(args: Args) -> Path:
                             args.rank_k, communicate=args.communicate,
                             placement_teacher=args.placement_teacher,
                             ordering_teacher=args.ordering_teacher,
+                            starvation_s=guard_seconds(args.starvation_h),
                             dispatch=args.dispatch)
     total = args.bc_iterations + args.iterations
     curves.start(total * args.episodes_per_iteration)
@@ -212,6 +218,7 @@ def train(args: Args) -> Path:
         "fee_weight": args.fee_weight,
         "chooser": args.chooser,
         "communicate": args.communicate,
+        "starvation_h": args.starvation_h,
         "seed": args.seed,
         "training": {"trace": args.trace, "cluster": args.cluster, "mode": "slurm",
                      "train_window": args.train_window,

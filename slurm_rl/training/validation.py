@@ -17,6 +17,7 @@ from typing import Any, Literal
 from torch import Tensor
 
 from slurm_rl.agents.dual.network import DualNetwork
+from slurm_rl.agents.starvation import STARVATION_H
 from slurm_rl.fairness import RankingRules
 from slurm_rl.objective import cost, hours
 from slurm_rl.offered_load import load_points
@@ -81,6 +82,7 @@ class Validator:
     communicate: bool = True
     loads: tuple[float, ...] = ()
     selection: Selection = "mean"
+    starvation_h: float = STARVATION_H  # the age guard the checkpoints rank under (0: off)
     rows: list[dict[str, Any]] = field(default_factory=list)
     best: Checkpoint | None = None
     _scenarios: list[tuple[float | None, Scenario]] | None = None
@@ -103,7 +105,7 @@ class Validator:
         """Validates the current weights; returns the best checkpoint so far."""
         state = copy.deepcopy(network.state_dict())
         meta = {"fee_weight": self.fee_weight, "chooser": self.chooser,
-                "communicate": self.communicate}
+                "communicate": self.communicate, "starvation_h": self.starvation_h}
         rules = RankingRules(dispatch=self.world.dispatch)
         specs = [PolicySpec("dual-agent", weights=state, network=network.config, meta=meta,
                             rules=rules)]

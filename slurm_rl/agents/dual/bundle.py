@@ -24,7 +24,7 @@ from slurm_rl.agents.dual.candidates import CANDIDATE_FEATURES
 from slurm_rl.agents.dual.features import CLUSTER_FEATURES, FEATURE_SCHEMA_VERSION, JOB_FEATURES
 from slurm_rl.agents.dual.messages import MESSAGE_FEATURES
 from slurm_rl.agents.dual.network import DualNetwork, NetworkConfig
-from slurm_rl.agents.starvation import STARVATION_H
+from slurm_rl.agents.starvation import STARVATION_H, guard_seconds
 from slurm_rl.errors import SlurmRLError
 
 BUNDLE_FORMAT = "slurm-rl-policy-bundle/1"
@@ -72,8 +72,7 @@ class Bundle:
     @property
     def starvation_s(self) -> float | None:
         """The ordering's starvation guard (:func:`promote_starved`); None: off."""
-        hours = float(self.meta.get("starvation_h", STARVATION_H))
-        return hours * 3600.0 if hours > 0 else None
+        return guard_seconds(float(self.meta.get("starvation_h", STARVATION_H)))
 
     @property
     def placement_gp(self) -> Mapping[str, Any] | None:
