@@ -75,8 +75,20 @@ bench: $(STAMP)
 # ordering prior), validation on the last September week at the same loads; ~16 min on 2 cores.
 TRAIN_DEFAULT_ARGS = --dispatch --loads 0.5,0.7,0.85,1.0 --validation-window 2017-09-24:2017-10-01 \
 	--ordering-sharpness 8 --ordering-teacher limit
+GUARD_OFF = session 36: the 168 h age guard cost JCT at offered loads 0.85-1.0 on Philly Sep-Nov \
+	(docs/training.md, Session 36)
+SHARP_32 = session 37: chosen on Philly Sep-Nov (docs/training.md, Session 37; its September 0.85 \
+	figure is corrected in Session 38)
+NO_EXCLUSIONS = session 39: the RWGP chooser without gang exclusions, chosen on Philly Sep-Nov at \
+	offered loads 0.7-1.0 (docs/training.md, Session 39)
+# Then the settings it ships with, chosen after training on Sep-Nov (meta.json's
+# settings_changed says when and why): the age guard off, the ordering prior at 32, the chooser
+# without gang exclusions.
 train-default: $(STAMP)
 	$(VENV)/bin/slurm-rl train $(TRAIN_DEFAULT_ARGS) --output policies/default
+	$(VENV)/bin/slurm-rl bundle set policies/default --starvation-h 0 --reason "$(GUARD_OFF)"
+	$(VENV)/bin/slurm-rl bundle set policies/default --ordering-sharpness 32 --reason "$(SHARP_32)"
+	$(VENV)/bin/slurm-rl bundle set policies/default --chooser rwgp --reason "$(NO_EXCLUSIONS)"
 
 # The no-communication ablation, trained as such (~13 min on 2 cores with Ray): evaluate reads it
 # with --no-comm-bundle policies/no-communication.

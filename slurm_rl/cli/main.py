@@ -33,6 +33,7 @@ err_console = Console(stderr=True)
 # Subcommands in their own modules beside this one, imported only when used: torch and friends
 # cost seconds to import, and `slurm-rl simulate` should not pay for them.
 LAZY_COMMANDS = {
+    "bundle": "slurm_rl.cli.bundle:bundle_group",
     "daemon": "slurm_rl.cli.daemon:daemon_command",
     "devcluster": "slurm_rl.cli.devcluster:devcluster_group",
     "evaluate": "slurm_rl.cli.train:evaluate_command",

@@ -26,6 +26,7 @@ from slurm_rl.agents.dual.messages import MESSAGE_FEATURES
 from slurm_rl.agents.dual.network import DualNetwork, NetworkConfig
 from slurm_rl.agents.starvation import STARVATION_H, guard_seconds
 from slurm_rl.errors import SlurmRLError
+from slurm_rl.safefile import write_atomic
 
 BUNDLE_FORMAT = "slurm-rl-policy-bundle/1"
 WEIGHTS_FILE = "weights.pt"
@@ -38,7 +39,10 @@ CHOOSERS = ("rwgp-excluding", "rwgp", "best-fit")
 #: The meta keys a fine-tuned bundle (``slurm-rl retrain``) keeps from its base: how it acts
 #: (λ, the chooser, communication, the age guard) and how the base was trained. Retraining
 #: must not change a setting the site deployed with, such as a guard turned off.
-INHERITED_META = ("fee_weight", "chooser", "communicate", "starvation_h", "training")
+INHERITED_META = ("fee_weight", "chooser", "communicate", "starvation_h", "training",
+                  "settings_changed")
+#: meta.json key: the record of :func:`change_settings`, oldest first.
+SETTINGS_CHANGED = "settings_changed"
 
 
 class BundleError(SlurmRLError):
@@ -139,6 +143,59 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
             raise BundleError(f"policy bundle {path}: {WEIGHTS_FILE} '{key}' holds NaN or "
                               "infinite weights")
     return state
+
+
+@dataclass(frozen=True)
+class SettingsChange:
+    """Settings of how a trained bundle acts that may change without retraining (None: keep).
+
+    ``chooser`` (:data:`CHOOSERS`), ``starvation_h`` (the age guard, 0: off) and
+    ``ordering_sharpness`` (β_o, the weight of the shortest-limit-first prior beside the learned
+    residual; from above 0 to 100, since the residual was trained beside a prior)."""
+
+    chooser: str | None = None
+    starvation_h: float | None = None
+    ordering_sharpness: float | None = None
+
+
+def change_settings(directory: Path | str, change: SettingsChange, reason: str) -> Bundle:
+    """Rewrites the bundle's meta.json with ``change``, weights untouched, and appends each
+    setting that moved to its ``settings_changed`` record (``key``, ``from``, ``to``, ``reason``,
+    package version): a shipped bundle then says how it differs from what training wrote.
+    Checked as :func:`load_bundle` checks before anything is written."""
+    path = Path(directory)
+    load_bundle(path)  # usable as it stands
+    meta = _read_meta(path)
+    moves = _apply(path, meta, change)
+    _check_settings(path, meta)
+    _check_network_settings(path, meta["network"])
+    meta[SETTINGS_CHANGED] = [*meta.get(SETTINGS_CHANGED, []), *(
+        {"key": key, "from": old, "to": new, "reason": reason, "package_version": __version__}
+        for key, old, new in moves)]
+    write_atomic(path / META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n", 0o644)
+    return load_bundle(path)
+
+
+def _apply(path: Path, meta: dict[str, Any], change: SettingsChange) -> list[tuple[str, Any, Any]]:
+    """Sets ``change`` in ``meta``; the (key, old, new) of each setting that moved."""
+    moves: list[tuple[str, Any, Any]] = []
+    defaults = {"chooser": "rwgp", "starvation_h": STARVATION_H}  # a meta without the key
+    for key, new in (("chooser", change.chooser), ("starvation_h", change.starvation_h)):
+        old = meta.get(key, defaults[key])
+        if new is not None and old != new:
+            moves.append((key, old, new))
+            meta[key] = new
+    network = meta["network"] = dict(meta["network"])
+    old, new = network.get("ordering_sharpness", 0.0), change.ordering_sharpness
+    if new is not None and old != new:
+        if not old or not new > 0:  # the residual was trained beside the prior, or without one
+            raise BundleError(f"policy bundle {path}: its ordering was trained "
+                              f"{'with' if old else 'without'} a prior (network "
+                              f"'ordering_sharpness' {old!r}): a change cannot "
+                              f"{'remove' if old else 'add'} it")
+        moves.append(("network.ordering_sharpness", old, new))
+        network["ordering_sharpness"] = new
+    return moves
 
 
 def _check_settings(path: Path, meta: Mapping[str, Any]) -> None:

@@ -1,0 +1,63 @@
+"""``slurm-rl bundle``: how a trained policy bundle acts, shown and changed without retraining
+(:func:`slurm_rl.agents.dual.bundle.change_settings`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from slurm_rl.agents.dual.bundle import (
+    CHOOSERS,
+    SETTINGS_CHANGED,
+    SettingsChange,
+    change_settings,
+    load_bundle,
+)
+from slurm_rl.cli.options import FiniteFloat
+
+_BUNDLE = click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+
+
+@click.group("bundle")
+def bundle_group() -> None:
+    """Show or change a policy bundle's settings (chooser, age guard, ordering prior)."""
+
+
+@bundle_group.command("show")
+@_BUNDLE
+def show_command(directory: Path) -> None:
+    """The settings the bundle acts with, and how they were changed since training."""
+    _show(directory)
+
+
+def _show(directory: Path) -> None:
+    bundle = load_bundle(directory)
+    config = bundle.network.config
+    guard = bundle.meta.get("starvation_h")
+    click.echo(f"{directory}: chooser {bundle.chooser}, fee weight λ {bundle.fee_weight:g}, "
+               f"age guard {'off' if bundle.starvation_s is None else f'{guard} h'}, "
+               f"ordering sharpness {config.ordering_sharpness:g}, "
+               f"communicate {str(bundle.meta.get('communicate', True)).lower()}")
+    for change in bundle.meta.get(SETTINGS_CHANGED, []):
+        click.echo(f"  changed {change.get('key')}: {change.get('from')!r} -> "
+                   f"{change.get('to')!r} ({change.get('reason')})")
+
+
+@bundle_group.command("set")
+@_BUNDLE
+@click.option("--chooser", type=click.Choice(CHOOSERS), default=None,
+              help="The node-set chooser inside the placement agent.")
+@click.option("--starvation-h", "starvation_h", type=FiniteFloat(min=0.0), default=None,
+              help="The age guard: hours pending before a job goes first; 0: off.")
+@click.option("--ordering-sharpness", "ordering_sharpness", default=None,
+              type=FiniteFloat(min=0.0, max=100.0),
+              help="β_o: the weight of the shortest-limit-first prior beside the residual.")
+@click.option("--reason", required=True,
+              help="Why (kept in meta.json's settings_changed record with the old value).")
+def set_command(directory: Path, chooser: str | None, starvation_h: float | None,
+                ordering_sharpness: float | None, reason: str) -> None:
+    """Change how the bundle acts, its weights untouched; each change is recorded."""
+    change_settings(directory, SettingsChange(chooser, starvation_h, ordering_sharpness),
+                    reason)
+    _show(directory)

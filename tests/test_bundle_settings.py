@@ -1,0 +1,130 @@
+"""``slurm-rl bundle set``: a shipped bundle's settings change without retraining, weights
+untouched, every change recorded; a bad change is refused before anything is written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_rl.agents.dual.bundle import (
+    INHERITED_META,
+    META_FILE,
+    SETTINGS_CHANGED,
+    WEIGHTS_FILE,
+    BundleError,
+    SettingsChange,
+    change_settings,
+    load_bundle,
+)
+from slurm_rl.cli.main import main
+from slurm_rl.paths import default_bundle_path
+
+
+@pytest.fixture
+def bundle(tmp_path: Path) -> Path:
+    return Path(shutil.copytree(default_bundle_path(), tmp_path / "bundle"))
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_change_moves_only_its_settings_and_is_recorded(bundle: Path) -> None:
+    before = load_bundle(bundle)
+    weights = _digest(bundle / WEIGHTS_FILE)
+    other = "best-fit" if before.chooser != "best-fit" else "rwgp"
+    after = change_settings(bundle, SettingsChange(chooser=other, starvation_h=72.0,
+                                                   ordering_sharpness=16.0), "a site's choice")
+    assert (after.chooser, after.starvation_s, after.network.config.ordering_sharpness) == (
+        other, 72.0 * 3600, 16.0)
+    assert after.fee_weight == before.fee_weight and _digest(bundle / WEIGHTS_FILE) == weights
+    record = after.meta[SETTINGS_CHANGED][-3:]
+    assert [(r["key"], r["to"], r["reason"]) for r in record] == [
+        ("chooser", other, "a site's choice"), ("starvation_h", 72.0, "a site's choice"),
+        ("network.ordering_sharpness", 16.0, "a site's choice")]
+    assert record[0]["from"] == before.chooser
+    assert record[2]["from"] == before.network.config.ordering_sharpness
+
+
+def test_an_unchanged_setting_adds_nothing_to_the_record(bundle: Path) -> None:
+    before = load_bundle(bundle)
+    after = change_settings(bundle, SettingsChange(chooser=before.chooser), "no-op")
+    assert after.meta.get(SETTINGS_CHANGED, []) == list(before.meta.get(SETTINGS_CHANGED, []))
+
+
+def test_the_record_survives_a_retrain() -> None:
+    # a fine-tune keeps its base's settings (INHERITED_META): it must keep their history too
+    assert SETTINGS_CHANGED in INHERITED_META
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (SettingsChange(ordering_sharpness=0.0), "cannot remove it"),
+    (SettingsChange(ordering_sharpness=101.0), "from 0 to 100"),
+    (SettingsChange(starvation_h=-1.0), "finite number >= 0"),
+    (SettingsChange(chooser="fastest"), "is not one of"),
+])
+def test_a_bad_change_is_refused_and_nothing_is_written(
+        bundle: Path, change: SettingsChange, message: str) -> None:
+    meta = (bundle / META_FILE).read_bytes()
+    with pytest.raises(BundleError, match=message):
+        change_settings(bundle, change, "bad")
+    assert (bundle / META_FILE).read_bytes() == meta
+
+
+def test_a_prior_cannot_be_added_to_an_ordering_trained_without_one(bundle: Path) -> None:
+    meta = json.loads((bundle / META_FILE).read_text())
+    meta["network"]["ordering_sharpness"] = 0.0
+    (bundle / META_FILE).write_text(json.dumps(meta))
+    with pytest.raises(BundleError, match="trained without a prior"):
+        change_settings(bundle, SettingsChange(ordering_sharpness=8.0), "bad")
+
+
+def test_the_command_line_sets_shows_and_refuses_in_one_line(bundle: Path) -> None:
+    runner = CliRunner()
+    done = runner.invoke(main, ["bundle", "set", str(bundle), "--starvation-h", "0",
+                                "--chooser", "best-fit", "--reason", "try best-fit"])
+    assert done.exit_code == 0, done.output
+    assert "chooser best-fit" in done.output and "age guard off" in done.output
+    assert "(try best-fit)" in runner.invoke(main, ["bundle", "show", str(bundle)]).output
+    refused = runner.invoke(main, ["bundle", "set", str(bundle / "absent"), "--reason", "x"])
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    assert "no policy bundle" in refused.output
+
+
+def test_make_train_default_sets_what_the_shipped_bundle_records() -> None:
+    """The shipped meta.json's changes since training are the ones `make train-default` makes
+    after training, with the same reasons: the recipe reproduces the settings, not only the
+    weights."""
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    variables = {name: " ".join(part.strip().rstrip("\\").strip() for part in value)
+                 for name, *value in _make_variables(makefile)}
+    flags = {"--starvation-h": "starvation_h", "--chooser": "chooser",
+             "--ordering-sharpness": "network.ordering_sharpness"}
+    made = []
+    for line in makefile.splitlines():
+        if "slurm-rl bundle set policies/default" in line:
+            words = line.split()
+            flag = next(word for word in words if word in flags)
+            reason = line.split('--reason "$(')[1].split(')"')[0]
+            made.append((flags[flag], words[words.index(flag) + 1], variables[reason]))
+    recorded = load_bundle(default_bundle_path()).meta[SETTINGS_CHANGED]
+    assert made == [(r["key"], str(r["to"]).removesuffix(".0"), r["reason"]) for r in recorded]
+
+
+def _make_variables(makefile: str) -> list[list[str]]:
+    """``NAME = value`` assignments, continuation lines joined: [name, line, line, ...]."""
+    found: list[list[str]] = []
+    lines = iter(makefile.splitlines())
+    for line in lines:
+        if " = " in line and not line.startswith(("\t", "#")):
+            name, value = line.split(" = ", 1)
+            entry = [name.strip(), value]
+            while entry[-1].endswith("\\"):
+                entry.append(next(lines))
+            found.append(entry)
+    return found
