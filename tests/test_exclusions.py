@@ -177,6 +177,21 @@ def test_in_a_backlog_rwgp_lets_gangs_that_fit_a_node_take_slow_nodes():
     assert rwgp.exclusions(gang, ClusterSnapshot(5000.0, cluster, only_k80_free, ())) == slow
 
 
+def test_with_patience_a_gang_that_has_waited_takes_slow_nodes():
+    cluster = mixed_cluster()
+    rwgp = RwgpPlacement(SPEEDS, PlacementConfig(exclusion_patience_s=3600.0))
+    only_k80_free = (0, 0, 8, 8)
+    gang = job("gang", 0.0, 2, 10.0)
+    early = ClusterSnapshot(1000.0, cluster, only_k80_free, (gang,))
+    rwgp.observe(early)
+    assert rwgp.exclusions(gang, early) == ("k80-0", "k80-1")
+    assert rwgp.place(gang, only_k80_free, early) is None  # it waits for a fast node a while
+    late = ClusterSnapshot(3600.0, cluster, only_k80_free, (gang,))
+    assert rwgp.exclusions(gang, late) == ()
+    placement = rwgp.place(gang, only_k80_free, late)
+    assert placement is not None and placement.nodes[0].startswith("k80")
+
+
 def _dual_agent(chooser: str) -> Scheduler:
     torch.manual_seed(0)
     network = DualNetwork(network_config(16, pace_sharpness=4.0)).eval()
@@ -192,5 +207,15 @@ def test_the_dual_agent_excludes_as_its_chooser_does_when_trained_so():
     excluding = _dual_agent("rwgp-excluding").decide(snapshot)
     assert set(excluding.placements) == {"one"}  # the gang waits for a faster node
     assert dict(excluding.exclusions) == {"gang": ("k80-0", "k80-1")}
+    assert _dual_agent("rwgp-patient").decide(snapshot) == excluding  # waited 0 s of 1 h
     every_set = _dual_agent("rwgp").decide(snapshot)  # as bundles before session 14
     assert set(every_set.placements) == {"gang", "one"} and not every_set.exclusions
+
+
+def test_the_patient_dual_agent_tells_apart_gangs_of_one_shape_by_their_wait():
+    # candidates are memoised per request shape: the wait must be part of the key
+    cluster = mixed_cluster()
+    old, new = job("old", 0.0, 2, 10.0), job("new", 3900.0, 2, 10.0)
+    snapshot = ClusterSnapshot(4000.0, cluster, (0, 0, 8, 8), (new, old))
+    decision = _dual_agent("rwgp-patient").decide(snapshot)
+    assert set(decision.placements) == {"old"}

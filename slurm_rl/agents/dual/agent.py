@@ -116,14 +116,19 @@ class OrderingAgent:
 # ----- schedulers from a bundle ------------------------------------------------------------
 
 
+# How long ``rwgp-patient`` keeps a gang off slow nodes: one untuned value (session 39)
+PATIENCE_S = 3600.0
+
+
 def make_chooser(name: str, gpu_speed: Mapping[str, float], fee_weight: float,
                  hyperparameters: Mapping[str, Any] | None = None) -> PlacementPolicy:
     """The node-set chooser inside the placement agent (:data:`CHOOSERS`): the RWGP (starting
     from a retrained bundle's refit hyperparameters when it has them), or best-fit."""
-    if name in ("rwgp", "rwgp-excluding"):
-        # A bundle is only ever run with the node sets it was trained to choose among.
-        ratio = PlacementConfig.exclusion_ratio if name == "rwgp-excluding" else 0.0
-        config = PlacementConfig(fee_weight=fee_weight, exclusion_ratio=ratio)
+    if name in ("rwgp", "rwgp-excluding", "rwgp-patient"):
+        ratio = PlacementConfig.exclusion_ratio if name != "rwgp" else 0.0
+        patience = PATIENCE_S if name == "rwgp-patient" else None
+        config = PlacementConfig(fee_weight=fee_weight, exclusion_ratio=ratio,
+                                 exclusion_patience_s=patience)
         return RwgpPlacement(gpu_speed, config, hyperparameters=hyperparameters)
     if name == "best-fit":
         return BestFit()

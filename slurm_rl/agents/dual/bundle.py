@@ -34,8 +34,9 @@ META_FILE = "meta.json"
 PLACEMENT_GP = "placement_gp"  # meta key: the chooser's refit RWGP hyperparameters
 #: Node-set choosers inside the placement agent. ``rwgp-excluding`` also keeps gangs off nodes
 #: far slower than their best (the RWGP's exclusions); ``rwgp`` offers every node set, as the
-#: bundles trained before it expect.
-CHOOSERS = ("rwgp-excluding", "rwgp", "best-fit")
+#: bundles trained before it expect; ``rwgp-patient`` excludes as ``rwgp-excluding`` does until
+#: the gang has waited an hour (``PlacementConfig.exclusion_patience_s``).
+CHOOSERS = ("rwgp-excluding", "rwgp", "rwgp-patient", "best-fit")
 #: The meta keys a fine-tuned bundle (``slurm-rl retrain``) keeps from its base: how it acts
 #: (λ, the chooser, communication, the age guard) and how the base was trained. Retraining
 #: must not change a setting the site deployed with, such as a guard turned off.

@@ -49,7 +49,9 @@ and holds the fast members hostage; waiting for a faster node costs less. Which 
   gang slowed on one of them delays one job where the same GPU-hours slow many single-GPU
   jobs. While queues are short, the gang waits a little for a fast node instead of running
   5–8× slower (measured: docs/placement-agent.md §6);
-* single-GPU jobs: never (measured worse: in a backlog it leaves the slowest GPUs idle).
+* single-GPU jobs: never (measured worse: in a backlog it leaves the slowest GPUs idle);
+* with ``exclusion_patience_s``: no gang that has waited that long (a deep queue the backlog
+  signal misses: under shortest-limit-first the single-GPU jobs it watches start at once).
 
 **Migrations.** GPUs left free after a decision's placements may be worth more to a job
 already running: a checkpointable job on one node that has run ``migrate_after_s`` (4 h) is
@@ -113,6 +115,8 @@ class PlacementConfig:
     # may take slow nodes too (module docstring); None: never
     exclusion_backlog_s: float | None = 300.0
     exclusion_backlog_memory_s: float = 86_400.0  # a backlog seen this recently still counts
+    # a gang pending this long takes slow nodes too (None: it waits for a fast one for good)
+    exclusion_patience_s: float | None = None
     # "auto": learn from finished jobs' runtimes only while no measured speeds arrive (live)
     runtime_readings: Literal["auto", "always", "never"] = "auto"
     threads: int | None = 1  # torch threads; one is fastest when replays share the cores
@@ -315,6 +319,9 @@ class RwgpPlacement:
         """The nodes too slow for ``job`` (module docstring); None when it is no gang (or, in a
         backlog, one that fits a node), none is, or the rest could never hold it."""
         if self.config.exclusion_ratio <= 0 or not self._excludable(job, snapshot):
+            return None
+        patience = self.config.exclusion_patience_s
+        if patience is not None and snapshot.time - job.submit_time >= patience:
             return None
         key = (job.model_family, job.gpu_type)
         cached = self._slow.get(key)
