@@ -128,3 +128,11 @@ def _make_variables(makefile: str) -> list[list[str]]:
                 entry.append(next(lines))
             found.append(entry)
     return found
+
+
+def test_show_names_the_default_guard_of_a_meta_without_the_key(bundle: Path) -> None:
+    meta = json.loads((bundle / META_FILE).read_text())
+    meta.pop("starvation_h", None)
+    (bundle / META_FILE).write_text(json.dumps(meta))
+    shown = CliRunner().invoke(main, ["bundle", "show", str(bundle)])
+    assert shown.exit_code == 0 and "age guard 168 h" in shown.output

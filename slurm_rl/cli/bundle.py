@@ -34,9 +34,9 @@ def show_command(directory: Path) -> None:
 def _show(directory: Path) -> None:
     bundle = load_bundle(directory)
     config = bundle.network.config
-    guard = bundle.meta.get("starvation_h")
+    guard_s = bundle.starvation_s
     click.echo(f"{directory}: chooser {bundle.chooser}, fee weight λ {bundle.fee_weight:g}, "
-               f"age guard {'off' if bundle.starvation_s is None else f'{guard} h'}, "
+               f"age guard {'off' if guard_s is None else f'{guard_s / 3600:g} h'}, "
                f"ordering sharpness {config.ordering_sharpness:g}, "
                f"communicate {str(bundle.meta.get('communicate', True)).lower()}")
     for change in bundle.meta.get(SETTINGS_CHANGED, []):

@@ -37,6 +37,7 @@ PLACEMENT_GP = "placement_gp"  # meta key: the chooser's refit RWGP hyperparamet
 #: bundles trained before it expect; ``rwgp-patient`` excludes as ``rwgp-excluding`` does until
 #: the gang has waited an hour (``PlacementConfig.exclusion_patience_s``).
 CHOOSERS = ("rwgp-excluding", "rwgp", "rwgp-patient", "best-fit")
+UNNAMED_CHOOSER = "rwgp"  # a meta.json without the key: bundles from before the key existed
 #: The meta keys a fine-tuned bundle (``slurm-rl retrain``) keeps from its base: how it acts
 #: (λ, the chooser, communication, the age guard) and how the base was trained. Retraining
 #: must not change a setting the site deployed with, such as a guard turned off.
@@ -72,7 +73,7 @@ class Bundle:
 
     @property
     def chooser(self) -> str:
-        return str(self.meta.get("chooser", "rwgp"))
+        return str(self.meta.get("chooser", UNNAMED_CHOOSER))
 
     @property
     def starvation_s(self) -> float | None:
@@ -180,7 +181,7 @@ def change_settings(directory: Path | str, change: SettingsChange, reason: str) 
 def _apply(path: Path, meta: dict[str, Any], change: SettingsChange) -> list[tuple[str, Any, Any]]:
     """Sets ``change`` in ``meta``; the (key, old, new) of each setting that moved."""
     moves: list[tuple[str, Any, Any]] = []
-    defaults = {"chooser": "rwgp", "starvation_h": STARVATION_H}  # a meta without the key
+    defaults = {"chooser": UNNAMED_CHOOSER, "starvation_h": STARVATION_H}  # a meta without it
     for key, new in (("chooser", change.chooser), ("starvation_h", change.starvation_h)):
         old = meta.get(key, defaults[key])
         if new is not None and old != new:
@@ -211,7 +212,7 @@ def _check_settings(path: Path, meta: Mapping[str, Any]) -> None:
     if not isinstance(meta.get("communicate", True), bool):
         raise BundleError(f"policy bundle {path}: {META_FILE} 'communicate' must be true or "
                           f"false, not {meta['communicate']!r}")
-    if meta.get("chooser", "rwgp") not in CHOOSERS:
+    if meta.get("chooser", UNNAMED_CHOOSER) not in CHOOSERS:
         raise BundleError(f"policy bundle {path}: {META_FILE} 'chooser' {meta['chooser']!r} "
                           f"is not one of {', '.join(CHOOSERS)}")
 

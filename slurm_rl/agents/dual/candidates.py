@@ -127,7 +127,7 @@ class CandidateGenerator:
         # the same candidates: the dual agent asks for them once per shape for the messages
         # and again for each job it places, most often in unchanged free GPUs. A heuristic
         # chooser may read more of the job (a random one its draws), so it is never memoised.
-        self._memoise = isinstance(chooser, RwgpPlacement)
+        self._memo_chooser = chooser if isinstance(chooser, RwgpPlacement) else None
         self._memo: dict[tuple[ShapeKey, bytes, bool], CandidateSet] = {}
         self._memo_of: ClusterSnapshot | None = None
 
@@ -140,22 +140,17 @@ class CandidateGenerator:
         self, job: Job, free_gpus: Sequence[int], snapshot: ClusterSnapshot
     ) -> CandidateSet:
         free = np.asarray(free_gpus, dtype=np.int64)
-        if not self._memoise:
+        if self._memo_chooser is None:
             return self._propose(job, free, snapshot)
         if self._memo_of is not snapshot:
             self._memo_of, self._memo = snapshot, {}
-        key = (shape_key(job), free.tobytes(), self._past_patience(job, snapshot))
+        # besides its shape, the RWGP's candidates depend on whether the job's wait ended its
+        # exclusions (``rwgp-patient``)
+        key = (shape_key(job), free.tobytes(), self._memo_chooser.past_patience(job, snapshot))
         found = self._memo.get(key)
         if found is None:
             found = self._memo[key] = self._propose(job, free, snapshot)
         return found
-
-    def _past_patience(self, job: Job, snapshot: ClusterSnapshot) -> bool:
-        """Whether the RWGP chooser no longer keeps ``job`` off slow nodes for its wait: the
-        one thing besides its shape its candidates depend on."""
-        assert isinstance(self.chooser, RwgpPlacement)
-        patience = self.chooser.config.exclusion_patience_s
-        return patience is not None and snapshot.time - job.submit_time >= patience
 
     def _propose(self, job: Job, free: IntArray, snapshot: ClusterSnapshot) -> CandidateSet:
         tables = self.tables(snapshot.cluster)

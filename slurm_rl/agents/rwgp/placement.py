@@ -320,8 +320,7 @@ class RwgpPlacement:
         backlog, one that fits a node), none is, or the rest could never hold it."""
         if self.config.exclusion_ratio <= 0 or not self._excludable(job, snapshot):
             return None
-        patience = self.config.exclusion_patience_s
-        if patience is not None and snapshot.time - job.submit_time >= patience:
+        if self.past_patience(job, snapshot):
             return None
         key = (job.model_family, job.gpu_type)
         cached = self._slow.get(key)
@@ -330,6 +329,11 @@ class RwgpPlacement:
             self._slow[key] = cached
         slow = cached[1]
         return slow if slow.names and slow.capacity_left >= job.num_gpus else None
+
+    def past_patience(self, job: Job, snapshot: ClusterSnapshot) -> bool:
+        """Whether ``job`` has waited ``exclusion_patience_s``: then nothing is too slow for it."""
+        patience = self.config.exclusion_patience_s
+        return patience is not None and snapshot.time - job.submit_time >= patience
 
     def _excludable(self, job: Job, snapshot: ClusterSnapshot) -> bool:
         if self._must_span(job):
