@@ -24,6 +24,7 @@ from slurm_rl.scenario import ReplayResult, Scenario, gpu_speed_table, replay
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
 from slurm_rl.simulator.engine import SimConfig
 from slurm_rl.simulator.slurm_emulation import SlurmScheduler
+from slurm_rl.training.evaluate import fresh_replay_state
 from slurm_rl.workloads import open_measured_workload
 
 _progress_counter: Any = None  # a shared counter of finished decision cycles, set per worker
@@ -223,9 +224,11 @@ def replay_all(
 def replay_tasks(
     tasks: Sequence[tuple[Scenario, PolicyRun]], workers: int | None, *, quiet: bool = False
 ) -> list[ReplayResult]:
-    """Each (scenario, policy) pair replayed in parallel processes, results in order."""
+    """Each (scenario, policy) pair replayed in parallel processes, results in order; the
+    workers are spawned, as evaluate's are (torch and fork do not mix: a forked child can
+    inherit a lock held by one of the parent's OpenMP threads)."""
     workers = min(len(tasks), workers or os.cpu_count() or 1)
-    context = multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("spawn")
     counter = context.Value("q", 0)
     with ProcessPoolExecutor(workers, context, _init_worker, (counter,)) as pool:
         futures = [pool.submit(_replay_one, scenario, run) for scenario, run in tasks]
@@ -244,6 +247,7 @@ def _tick() -> None:
 
 
 def _replay_one(scenario: Scenario, run: PolicyRun) -> ReplayResult:
+    fresh_replay_state()  # the same figures whichever worker ran what before
     scheduler = make_scheduler(run.name, gpu_speed_table(), seed=run.seed,
                                fee_weight=run.fee_weight, rules=run.rules)
     return replay(scenario, scheduler, policy_id=run.name, on_cycle=_tick)
