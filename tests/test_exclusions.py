@@ -219,3 +219,47 @@ def test_the_patient_dual_agent_tells_apart_gangs_of_one_shape_by_their_wait():
     snapshot = ClusterSnapshot(4000.0, cluster, (0, 0, 8, 8), (new, old))
     decision = _dual_agent("rwgp-patient").decide(snapshot)
     assert set(decision.placements) == {"old"}
+
+
+def test_a_long_job_is_kept_off_slow_nodes_whatever_its_size_and_even_in_a_backlog():
+    cluster = mixed_cluster()
+    config = PlacementConfig(exclusion_min_limit_s=86_400.0)
+    rwgp = RwgpPlacement(SPEEDS, config)
+    only_k80_free = (0, 0, 8, 8)
+    slow = ("k80-0", "k80-1")
+    long_one = job("long", 0.0, 1, 50_000.0, time_limit=86_400.0)
+    short_one = job("short", 0.0, 1, 100.0, time_limit=3_600.0)
+    unlimited = job("unlimited", 0.0, 1, 100.0, time_limit=None)
+    snapshot = ClusterSnapshot(1000.0, cluster, only_k80_free, (long_one, short_one, unlimited))
+    rwgp.observe(snapshot)
+    assert rwgp.exclusions(long_one, snapshot) == slow
+    assert rwgp.place(long_one, only_k80_free, snapshot) is None  # it waits for a fast GPU
+    for small in (short_one, unlimited):  # an unknown limit is not long
+        assert rwgp.exclusions(small, snapshot) == ()
+        assert rwgp.place(small, only_k80_free, snapshot) is not None
+    waiting = job("waiting", 0.0, 1, 10.0)  # a short single-GPU job 20 min pending: a backlog
+    backlog = ClusterSnapshot(1200.0, cluster, (0, 0, 0, 0), (waiting, long_one))
+    assert rwgp.exclusions(long_one, backlog) == slow
+
+
+def test_a_long_job_waiting_for_a_fast_gpu_is_no_sign_of_a_backlog():
+    cluster = mixed_cluster()
+    rwgp = RwgpPlacement(SPEEDS, PlacementConfig(exclusion_min_limit_s=86_400.0))
+    gang = job("gang", 1100.0, 2, 10.0)
+    long_one = job("long", 0.0, 1, 50_000.0, time_limit=86_400.0)  # pending 20 min
+    snapshot = ClusterSnapshot(1200.0, cluster, (0, 0, 8, 8), (long_one, gang))
+    rwgp.observe(snapshot)
+    assert rwgp.exclusions(gang, snapshot) == ("k80-0", "k80-1")  # no backlog: still excluded
+
+
+def test_the_dual_agent_tells_apart_long_and_short_jobs_of_one_shape():
+    # candidates are memoised per request shape: whether the job is long must be in the key
+    cluster = mixed_cluster()
+    short_one = job("short", 0.0, 1, 100.0, time_limit=3_600.0)
+    long_one = job("long", 0.0, 1, 50_000.0, time_limit=7 * 86_400.0)
+    for pending in ((short_one, long_one), (long_one, short_one)):  # either represents it
+        snapshot = ClusterSnapshot(1000.0, cluster, (0, 0, 8, 8), pending)
+        decision = _dual_agent("rwgp-excluding-long").decide(snapshot)
+        assert set(decision.placements) == {"short"}
+        assert dict(decision.exclusions) == {"long": ("k80-0", "k80-1")}
+        assert set(_dual_agent("rwgp-excluding").decide(snapshot).placements) == {"short", "long"}

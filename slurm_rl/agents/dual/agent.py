@@ -118,17 +118,22 @@ class OrderingAgent:
 
 # How long ``rwgp-patient`` keeps a gang off slow nodes: one untuned value (session 39)
 PATIENCE_S = 3600.0
+# The time limit from which ``rwgp-excluding-long`` keeps any job off slow nodes: a day, one
+# untuned value (session 40). A job that asks for a day runs 8 h or more on the reference GPU,
+# so a slow node (under a quarter of the best pace) would cost it a day or more.
+LONG_LIMIT_S = 86_400.0
 
 
 def make_chooser(name: str, gpu_speed: Mapping[str, float], fee_weight: float,
                  hyperparameters: Mapping[str, Any] | None = None) -> PlacementPolicy:
     """The node-set chooser inside the placement agent (:data:`CHOOSERS`): the RWGP (starting
     from a retrained bundle's refit hyperparameters when it has them), or best-fit."""
-    if name in ("rwgp", "rwgp-excluding", "rwgp-patient"):
+    if name in ("rwgp", "rwgp-excluding", "rwgp-patient", "rwgp-excluding-long"):
         ratio = PlacementConfig.exclusion_ratio if name != "rwgp" else 0.0
         patience = PATIENCE_S if name == "rwgp-patient" else None
+        long_limit = LONG_LIMIT_S if name == "rwgp-excluding-long" else None
         config = PlacementConfig(fee_weight=fee_weight, exclusion_ratio=ratio,
-                                 exclusion_patience_s=patience)
+                                 exclusion_patience_s=patience, exclusion_min_limit_s=long_limit)
         return RwgpPlacement(gpu_speed, config, hyperparameters=hyperparameters)
     if name == "best-fit":
         return BestFit()

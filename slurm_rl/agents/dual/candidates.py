@@ -128,7 +128,7 @@ class CandidateGenerator:
         # and again for each job it places, most often in unchanged free GPUs. A heuristic
         # chooser may read more of the job (a random one its draws), so it is never memoised.
         self._memo_chooser = chooser if isinstance(chooser, RwgpPlacement) else None
-        self._memo: dict[tuple[ShapeKey, bytes, bool], CandidateSet] = {}
+        self._memo: dict[tuple[ShapeKey, bytes, tuple[bool, bool]], CandidateSet] = {}
         self._memo_of: ClusterSnapshot | None = None
 
     def tables(self, cluster: Cluster) -> _ClusterTables:
@@ -145,8 +145,8 @@ class CandidateGenerator:
         if self._memo_of is not snapshot:
             self._memo_of, self._memo = snapshot, {}
         # besides its shape, the RWGP's candidates depend on whether the job's wait ended its
-        # exclusions (``rwgp-patient``)
-        key = (shape_key(job), free.tobytes(), self._memo_chooser.past_patience(job, snapshot))
+        # exclusions (``rwgp-patient``) and whether its limit makes it long
+        key = (shape_key(job), free.tobytes(), self._memo_chooser.exclusion_key(job, snapshot))
         found = self._memo.get(key)
         if found is None:
             found = self._memo[key] = self._propose(job, free, snapshot)

@@ -49,7 +49,13 @@ and holds the fast members hostage; waiting for a faster node costs less. Which 
   gang slowed on one of them delays one job where the same GPU-hours slow many single-GPU
   jobs. While queues are short, the gang waits a little for a fast node instead of running
   5–8× slower (measured: docs/placement-agent.md §6);
-* single-GPU jobs: never (measured worse: in a backlog it leaves the slowest GPUs idle);
+* single-GPU jobs: not for their size (measured worse: in a backlog it leaves the slowest
+  GPUs idle);
+* with ``exclusion_min_limit_s``: any job whose time limit is that long, backlog or not. A run
+  of days on a GPU a quarter as fast costs days more (``(1/ρ − 1)`` times the run at least),
+  where one GPU of a fast type frees within hours even in a burst. Without the rule, gang
+  exclusions leave the slow nodes free for whichever job arrives next, and a month-long
+  single-GPU run lands there (session 40: Philly September at offered load 0.85);
 * with ``exclusion_patience_s``: no gang that has waited that long (a deep queue the backlog
   signal misses: under shortest-limit-first the single-GPU jobs it watches start at once).
 
@@ -117,6 +123,8 @@ class PlacementConfig:
     exclusion_backlog_memory_s: float = 86_400.0  # a backlog seen this recently still counts
     # a gang pending this long takes slow nodes too (None: it waits for a fast one for good)
     exclusion_patience_s: float | None = None
+    # a job with a time limit this long is kept off slow nodes whatever its size (None: off)
+    exclusion_min_limit_s: float | None = None
     # "auto": learn from finished jobs' runtimes only while no measured speeds arrive (live)
     runtime_readings: Literal["auto", "always", "never"] = "auto"
     threads: int | None = 1  # torch threads; one is fastest when replays share the cores
@@ -330,13 +338,24 @@ class RwgpPlacement:
         slow = cached[1]
         return slow if slow.names and slow.capacity_left >= job.num_gpus else None
 
+    def exclusion_key(self, job: Job, snapshot: ClusterSnapshot) -> tuple[bool, bool]:
+        """What besides its request shape decides which nodes are too slow for ``job``: whether
+        it has waited out its patience, and whether it is long (what a memo must key on)."""
+        return self.past_patience(job, snapshot), self.long(job)
+
     def past_patience(self, job: Job, snapshot: ClusterSnapshot) -> bool:
         """Whether ``job`` has waited ``exclusion_patience_s``: then nothing is too slow for it."""
         patience = self.config.exclusion_patience_s
         return patience is not None and snapshot.time - job.submit_time >= patience
 
+    def long(self, job: Job) -> bool:
+        """Whether ``job``'s time limit reaches ``exclusion_min_limit_s``: then it is kept off
+        slow nodes whatever its size, backlog or not."""
+        least = self.config.exclusion_min_limit_s
+        return least is not None and job.time_limit is not None and job.time_limit >= least
+
     def _excludable(self, job: Job, snapshot: ClusterSnapshot) -> bool:
-        if self._must_span(job):
+        if self._must_span(job) or self.long(job):
             return True
         minimum = self.config.exclusion_min_gpus
         return minimum is not None and job.num_gpus >= minimum and not self._backlog(snapshot)
@@ -344,13 +363,16 @@ class RwgpPlacement:
     def _backlog(self, snapshot: ClusterSnapshot) -> bool:
         """Whether, within ``exclusion_backlog_memory_s``, a job too small to be excluded has
         waited ``exclusion_backlog_s``: it could start on any free GPU, so every GPU, slow
-        ones included, was taken."""
+        ones included, was taken (a long job waits for a fast GPU, so it says nothing)."""
         wait, minimum = self.config.exclusion_backlog_s, self.config.exclusion_min_gpus
         if wait is None or minimum is None:
             return False
         if self._backlog_of is not snapshot:
             columns = snapshot.columns
             waited = (snapshot.time - columns.submit_time > wait) & (columns.num_gpus < minimum)
+            least = self.config.exclusion_min_limit_s
+            if least is not None:
+                waited &= ~(columns.time_limit >= least)  # an unknown limit (NaN) is not long
             if waited.any():
                 self._backlog_seen = snapshot.time
             self._backlog_of = snapshot
