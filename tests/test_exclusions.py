@@ -263,3 +263,13 @@ def test_the_dual_agent_tells_apart_long_and_short_jobs_of_one_shape():
         assert set(decision.placements) == {"short"}
         assert dict(decision.exclusions) == {"long": ("k80-0", "k80-1")}
         assert set(_dual_agent("rwgp-excluding").decide(snapshot).placements) == {"short", "long"}
+
+
+def test_a_single_gpu_job_of_unknown_limit_left_waiting_is_still_a_backlog_sign():
+    cluster = mixed_cluster()
+    rwgp = RwgpPlacement(SPEEDS, PlacementConfig(exclusion_min_limit_s=86_400.0))
+    gang = job("gang", 1100.0, 2, 10.0)
+    unlimited = job("unlimited", 0.0, 1, 10.0, time_limit=None)  # pending 20 min
+    snapshot = ClusterSnapshot(1200.0, cluster, (0, 0, 8, 8), (unlimited, gang))
+    rwgp.observe(snapshot)
+    assert rwgp.exclusions(gang, snapshot) == ()  # a backlog: the gang may take slow nodes
