@@ -123,10 +123,11 @@ class CandidateGenerator:
         self._raw_speed = {k.lower(): v for k, v in builder.gpu_speed.items()}
         self._tables: _ClusterTables | None = None
         # The RWGP's sets and scores depend on a job only through its request shape (its model
-        # family is dropped here), so within one snapshot a shape in the same free GPUs gets
-        # the same candidates: the dual agent asks for them once per shape for the messages
-        # and again for each job it places, most often in unchanged free GPUs. A heuristic
-        # chooser may read more of the job (a random one its draws), so it is never memoised.
+        # family is dropped here) and its exclusion key (patience, long job), so within one
+        # snapshot a shape and key in the same free GPUs get the same candidates: the dual
+        # agent asks for them once per shape for the messages and again for each job it
+        # places, most often in unchanged free GPUs. A heuristic chooser may read more of the
+        # job (a random one its draws), so it is never memoised.
         self._memo_chooser = chooser if isinstance(chooser, RwgpPlacement) else None
         self._memo: dict[tuple[ShapeKey, bytes, tuple[bool, bool]], CandidateSet] = {}
         self._memo_of: ClusterSnapshot | None = None

@@ -12,9 +12,12 @@ message :math:`m_j` is
 * ``best_pace`` / ``least_cost`` — the fastest pace and the lowest cost per unit of work over
   the candidates (what the job could get if the placement agent chose differently).
 
-Candidates depend only on a job's request shape, so they are built once per distinct shape
-(queues hold few shapes); the head then scores every job's candidates in one batched call,
-because its choice depends on the job (a long job is worth a fast GPU).
+Candidates depend on a job's request shape (and, with the RWGP's patience or long-job rule,
+on its wait or time limit), and are built once per distinct shape (queues hold few shapes),
+from the shape's first pending job: the message of a shape speaks for that job, and for the
+others of the shape only as far as the chooser treats them alike. The head then scores every
+job's candidates in one batched call, because its choice depends on the job (a long job is
+worth a fast GPU).
 """
 
 from __future__ import annotations

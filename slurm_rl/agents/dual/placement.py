@@ -4,7 +4,7 @@
 under the project's :class:`~slurm_rl.scheduler.Scheduler` like any heuristic. It picks the
 head's argmax; the training rollouts override :meth:`LearnedPlacement.choose` to sample from the
 head's softmax (or follow a teacher) and record each choice for PPO. Moving running jobs
-(:meth:`LearnedPlacement.migrations`) and the nodes a released gang must be kept off
+(:meth:`LearnedPlacement.migrations`) and the nodes a released job must be kept off
 (:meth:`LearnedPlacement.exclusions`) are the chooser's rules; the head never learned them.
 """
 

@@ -33,10 +33,11 @@ mode (the set starts at once) and ``slurm`` mode, and live, where the actuator t
 ``ReqNodeList=<the set> NumNodes=N-N``.
 
 **Exclusions.** A released job the agent could not place (no GPUs free at the decision) is
-started by Slurm's own choice when GPUs free between decisions. For a gang the agent names the
-nodes Slurm must keep it off (``ExcNodeList``): those whose risk-adjusted pace
-``v_i (E[f_i] − κ sd[f_i])`` is below ``ρ`` times the best such pace among the nodes the job
-may use, and it never pins such a gang there itself. A spanning gang runs at its slowest
+started by Slurm's own choice when GPUs free between decisions. For a gang (or, with the
+long-job rule below, a long job of any size) the agent names the nodes Slurm must keep it off
+(``ExcNodeList``): those whose risk-adjusted pace ``v_i (E[f_i] − κ sd[f_i])`` is below ``ρ``
+times the best such pace among the nodes the job may use, and it never pins such a job there
+itself. A spanning gang runs at its slowest
 member's pace, so one K80 (a seventh of an A100) or one straggler in a 16-GPU set slows all 16
 and holds the fast members hostage; waiting for a faster node costs less. Which gangs:
 
@@ -114,7 +115,7 @@ class PlacementConfig:
     packing_weight: float = 0.1  # η
     whole_node_weight: float = 0.1  # ζ: taking part of a node that was entirely free
     limits: Limits = field(default_factory=Limits)
-    exclusion_ratio: float = 0.25  # ρ: keep a gang off nodes under ρ × its best pace (0: off)
+    exclusion_ratio: float = 0.25  # ρ: keep excluded jobs off nodes under ρ × best pace (0: off)
     # the smallest job excluded from slow nodes; None: only gangs that must span nodes
     exclusion_min_gpus: int | None = 2
     # a smaller job pending this long means every GPU is taken: then gangs that fit one node
@@ -324,8 +325,9 @@ class RwgpPlacement:
     def _too_slow(
         self, job: Job, view: _NodeView, snapshot: ClusterSnapshot
     ) -> _SlowNodes | None:
-        """The nodes too slow for ``job`` (module docstring); None when it is no gang (or, in a
-        backlog, one that fits a node), none is, or the rest could never hold it."""
+        """The nodes too slow for ``job`` (module docstring); None when it is neither a gang nor
+        long (or, in a backlog, a gang that fits a node), none is, or the rest could never hold
+        it."""
         if self.config.exclusion_ratio <= 0 or not self._excludable(job, snapshot):
             return None
         if self.past_patience(job, snapshot):
