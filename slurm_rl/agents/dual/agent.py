@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -122,18 +122,22 @@ PATIENCE_S = 3600.0
 # untuned value (session 40). A job that asks for a day runs 8 h or more on the reference GPU,
 # so a slow node (under a quarter of the best pace) would cost it a day or more.
 LONG_LIMIT_S = 86_400.0
+# Each RWGP chooser's exclusion rules (module placement's "Exclusions"); λ is the bundle's
+_RWGP_EXCLUSIONS: dict[str, PlacementConfig] = {
+    "rwgp": PlacementConfig(exclusion_ratio=0.0),
+    "rwgp-excluding": PlacementConfig(),
+    "rwgp-patient": PlacementConfig(exclusion_patience_s=PATIENCE_S),
+    "rwgp-excluding-long": PlacementConfig(exclusion_min_limit_s=LONG_LIMIT_S),
+}
 
 
 def make_chooser(name: str, gpu_speed: Mapping[str, float], fee_weight: float,
                  hyperparameters: Mapping[str, Any] | None = None) -> PlacementPolicy:
     """The node-set chooser inside the placement agent (:data:`CHOOSERS`): the RWGP (starting
     from a retrained bundle's refit hyperparameters when it has them), or best-fit."""
-    if name in ("rwgp", "rwgp-excluding", "rwgp-patient", "rwgp-excluding-long"):
-        ratio = PlacementConfig.exclusion_ratio if name != "rwgp" else 0.0
-        patience = PATIENCE_S if name == "rwgp-patient" else None
-        long_limit = LONG_LIMIT_S if name == "rwgp-excluding-long" else None
-        config = PlacementConfig(fee_weight=fee_weight, exclusion_ratio=ratio,
-                                 exclusion_patience_s=patience, exclusion_min_limit_s=long_limit)
+    exclusions = _RWGP_EXCLUSIONS.get(name)
+    if exclusions is not None:
+        config = replace(exclusions, fee_weight=fee_weight)
         return RwgpPlacement(gpu_speed, config, hyperparameters=hyperparameters)
     if name == "best-fit":
         return BestFit()
