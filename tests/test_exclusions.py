@@ -273,3 +273,27 @@ def test_a_single_gpu_job_of_unknown_limit_left_waiting_is_still_a_backlog_sign(
     snapshot = ClusterSnapshot(1200.0, cluster, (0, 0, 8, 8), (unlimited, gang))
     rwgp.observe(snapshot)
     assert rwgp.exclusions(gang, snapshot) == ()  # a backlog: the gang may take slow nodes
+
+
+def test_the_long_rule_alone_keeps_only_long_jobs_off_slow_nodes():
+    cluster = mixed_cluster()
+    snapshot = snapshot_of(cluster, (), (0, 0, 0, 0))
+    rwgp = RwgpPlacement(SPEEDS, PlacementConfig(exclusion_spanning=False, exclusion_min_gpus=None,
+                                                 exclusion_min_limit_s=86_400.0))
+    rwgp.observe(snapshot)
+    assert rwgp.exclusions(job("spans", 0.0, 12, 10.0, time_limit=3_600.0), snapshot) == ()
+    assert rwgp.exclusions(job("gang", 0.0, 2, 10.0, time_limit=3_600.0), snapshot) == ()
+    long_one = job("long", 0.0, 1, 50_000.0, time_limit=86_400.0)
+    assert rwgp.exclusions(long_one, snapshot) == ("k80-0", "k80-1")
+    long_span = job("long-span", 0.0, 12, 50_000.0, time_limit=86_400.0)
+    assert rwgp.exclusions(long_span, snapshot) == ("k80-0", "k80-1")
+
+
+def test_the_rwgp_long_chooser_excludes_the_long_job_and_not_the_short_gang():
+    cluster = mixed_cluster()
+    gang = job("gang", 0.0, 2, 100.0, time_limit=3_600.0)
+    long_one = job("long", 0.0, 1, 50_000.0, time_limit=7 * 86_400.0)
+    snapshot = ClusterSnapshot(1000.0, cluster, (0, 0, 8, 8), (gang, long_one))
+    decision = _dual_agent("rwgp-long").decide(snapshot)
+    assert set(decision.placements) == {"gang"}
+    assert dict(decision.exclusions) == {"long": ("k80-0", "k80-1")}

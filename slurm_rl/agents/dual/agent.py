@@ -128,6 +128,9 @@ _RWGP_EXCLUSIONS: dict[str, PlacementConfig] = {
     "rwgp-excluding": PlacementConfig(),
     "rwgp-patient": PlacementConfig(exclusion_patience_s=PATIENCE_S),
     "rwgp-excluding-long": PlacementConfig(exclusion_min_limit_s=LONG_LIMIT_S),
+    # the long-job rule alone (an ablation of rwgp-excluding-long: no gang is kept off for its size)
+    "rwgp-long": PlacementConfig(exclusion_spanning=False, exclusion_min_gpus=None,
+                                 exclusion_min_limit_s=LONG_LIMIT_S),
 }
 
 

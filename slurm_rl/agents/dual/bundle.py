@@ -37,8 +37,10 @@ PLACEMENT_GP = "placement_gp"  # meta key: the chooser's refit RWGP hyperparamet
 #: bundles trained before it expect; ``rwgp-patient`` excludes as ``rwgp-excluding`` does until
 #: the gang has waited an hour (``PlacementConfig.exclusion_patience_s``);
 #: ``rwgp-excluding-long`` excludes as ``rwgp-excluding`` does and also keeps any job with a
-#: time limit of a day or more off slow nodes (``PlacementConfig.exclusion_min_limit_s``).
-CHOOSERS = ("rwgp-excluding", "rwgp", "rwgp-patient", "rwgp-excluding-long", "best-fit")
+#: time limit of a day or more off slow nodes (``PlacementConfig.exclusion_min_limit_s``);
+#: ``rwgp-long`` keeps only those long jobs off slow nodes (its ablation: no gang rule).
+CHOOSERS = ("rwgp-excluding", "rwgp", "rwgp-patient", "rwgp-excluding-long", "rwgp-long",
+            "best-fit")
 UNNAMED_CHOOSER = "rwgp"  # a meta.json without the key: bundles from before the key existed
 #: The meta keys a fine-tuned bundle (``slurm-rl retrain``) keeps from its base: how it acts
 #: (λ, the chooser, communication, the age guard) and how the base was trained. Retraining

@@ -42,7 +42,7 @@ member's pace, so one K80 (a seventh of an A100) or one straggler in a 16-GPU se
 and holds the fast members hostage; waiting for a faster node costs less. Which gangs:
 
 * a gang that must span nodes (more GPUs than the largest node, or two nodes or more asked
-  for): always;
+  for): always (unless ``exclusion_spanning`` is off, an ablation);
 * a gang of ``exclusion_min_gpus`` (2) or more that fits one node: unless the cluster is in a
   **backlog** — a job too small to be excluded has waited ``exclusion_backlog_s`` (5 min)
   within the last ``exclusion_backlog_memory_s`` (a day). Such a job could start on any free
@@ -116,6 +116,7 @@ class PlacementConfig:
     whole_node_weight: float = 0.1  # ζ: taking part of a node that was entirely free
     limits: Limits = field(default_factory=Limits)
     exclusion_ratio: float = 0.25  # ρ: keep excluded jobs off nodes under ρ × best pace (0: off)
+    exclusion_spanning: bool = True  # False: a gang that must span nodes is not excluded for it
     # the smallest job excluded from slow nodes; None: only gangs that must span nodes
     exclusion_min_gpus: int | None = 2
     # a smaller job pending this long means every GPU is taken: then gangs that fit one node
@@ -357,7 +358,7 @@ class RwgpPlacement:
         return least is not None and job.time_limit is not None and job.time_limit >= least
 
     def _excludable(self, job: Job, snapshot: ClusterSnapshot) -> bool:
-        if self._must_span(job) or self.long(job):
+        if self.long(job) or (self.config.exclusion_spanning and self._must_span(job)):
             return True
         minimum = self.config.exclusion_min_gpus
         return minimum is not None and job.num_gpus >= minimum and not self._backlog(snapshot)
