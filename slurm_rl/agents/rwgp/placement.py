@@ -32,33 +32,9 @@ The policy only ever returns a node set, so it works unchanged in the simulator'
 mode (the set starts at once) and ``slurm`` mode, and live, where the actuator turns it into
 ``ReqNodeList=<the set> NumNodes=N-N``.
 
-**Exclusions.** A released job the agent could not place (no GPUs free at the decision) is
-started by Slurm's own choice when GPUs free between decisions. For a gang (or, with the
-long-job rule below, a long job of any size) the agent names the nodes Slurm must keep it off
-(``ExcNodeList``): those whose risk-adjusted pace ``v_i (E[f_i] − κ sd[f_i])`` is below ``ρ``
-times the best such pace among the nodes the job may use, and it never pins such a job there
-itself. A spanning gang runs at its slowest
-member's pace, so one K80 (a seventh of an A100) or one straggler in a 16-GPU set slows all 16
-and holds the fast members hostage; waiting for a faster node costs less. Which gangs:
-
-* a gang that must span nodes (more GPUs than the largest node, or two nodes or more asked
-  for): always (unless ``exclusion_spanning`` is off, an ablation);
-* a gang of ``exclusion_min_gpus`` (2) or more that fits one node: unless the cluster is in a
-  **backlog** — a job too small to be excluded has waited ``exclusion_backlog_s`` (5 min)
-  within the last ``exclusion_backlog_memory_s`` (a day). Such a job could start on any free
-  GPU, so every GPU was taken, slow ones included: the slow nodes will be used anyway, and a
-  gang slowed on one of them delays one job where the same GPU-hours slow many single-GPU
-  jobs. While queues are short, the gang waits a little for a fast node instead of running
-  5–8× slower (measured: docs/placement-agent.md §6);
-* single-GPU jobs: not for their size (measured worse: in a backlog it leaves the slowest
-  GPUs idle);
-* with ``exclusion_min_limit_s``: any job whose time limit is that long, backlog or not. A run
-  of days on a GPU a quarter as fast costs days more (``(1/ρ − 1)`` times the run at least),
-  where one GPU of a fast type frees within hours even in a burst. Without the rule, gang
-  exclusions leave the slow nodes free for whichever job arrives next, and a month-long
-  single-GPU run lands there (session 40: Philly September at offered load 0.85);
-* with ``exclusion_patience_s``: no gang that has waited that long (a deep queue the backlog
-  signal misses: under shortest-limit-first the single-GPU jobs it watches start at once).
+**Exclusions.** A released job the agent could not place is kept off nodes far slower than
+its best (Slurm's ``ExcNodeList``), and the agent never pins it there itself: which jobs and
+which nodes are :mod:`.exclusions`' rules.
 
 **Migrations.** GPUs left free after a decision's placements may be worth more to a job
 already running: a checkpointable job on one node that has run ``migrate_after_s`` (4 h) is
@@ -85,6 +61,7 @@ import torch
 from numpy.typing import NDArray
 
 from slurm_rl.agents.rwgp.candidates import FloatArray, Limits, NodeSet, NodeTable, candidate_sets
+from slurm_rl.agents.rwgp.exclusions import ExclusionRules
 from slurm_rl.agents.rwgp.model import Prediction, RwgpConfig, RwgpModel
 from slurm_rl.agents.rwgp.runtimes import RuntimeReference
 from slurm_rl.core import Cluster, ClusterSnapshot, Job, JobId, Placement, RunningJob
@@ -192,26 +169,12 @@ class _Nodes:
     capacity: list[int]
     names: tuple[str, ...]
 
-    @cached_property
-    def largest(self) -> int:
-        """GPUs of the largest node: a job with more must span nodes."""
-        return max(self.capacity, default=0)
-
     @classmethod
     def from_cluster(cls, cluster: Cluster) -> _Nodes:
         table = NodeTable.from_cluster(cluster)
         price = np.array([n.price_per_gpu_hour for n in cluster.nodes], dtype=float)
         return cls(table, price, price.tolist(), table.group_id.tolist(), table.capacity.tolist(),
                    tuple(n.name for n in cluster.nodes))
-
-
-@dataclass(frozen=True)
-class _SlowNodes:
-    """Nodes too slow for a job class: as a mask, by name, and the GPUs left outside them."""
-
-    mask: NDArray[np.bool_]
-    names: tuple[str, ...]
-    capacity_left: int
 
 
 class RwgpPlacement:
@@ -241,10 +204,8 @@ class RwgpPlacement:
         self._nodes: _Nodes | None = None
         self._speeds: dict[str, FloatArray] = {}
         self._views: dict[str, tuple[Prediction, _NodeView]] = {}
-        self._slow: dict[tuple[str, str | None], tuple[_NodeView, _SlowNodes]] = {}
         self._runtimes = RuntimeReference()
-        self._backlog_of: ClusterSnapshot | None = None
-        self._backlog_seen = -math.inf
+        self.exclusion_rules = ExclusionRules(self.config)
         self._measured = False
 
     # ----- learning --------------------------------------------------------------------
@@ -270,9 +231,9 @@ class RwgpPlacement:
             torch.set_num_threads(self.config.threads)
         self.model = self._carried(cluster) if self.model is not None else self._fresh(cluster)
         self._nodes = _Nodes.from_cluster(cluster)
+        self.exclusion_rules.use_cluster(self._nodes.table, self._nodes.names)
         self._speeds.clear()
         self._views.clear()
-        self._slow.clear()
         return self.model
 
     def _fresh(self, cluster: Cluster) -> RwgpModel:
@@ -318,85 +279,14 @@ class RwgpPlacement:
         return self._placement(best, snapshot.cluster)
 
     def exclusions(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, ...]:
-        """Nodes Slurm must keep ``job`` off if it starts it (module docstring)."""
+        """Nodes Slurm must keep ``job`` off if it starts it (:mod:`.exclusions`)."""
         view = self._view(self._model_for(snapshot.cluster), job.model_family)
-        slow = self._too_slow(job, view, snapshot)
+        slow = self.exclusion_rules.too_slow(job, view, snapshot)
         return () if slow is None else slow.names
 
-    def _too_slow(
-        self, job: Job, view: _NodeView, snapshot: ClusterSnapshot
-    ) -> _SlowNodes | None:
-        """The nodes too slow for ``job`` (module docstring); None when it is neither a gang nor
-        long (or, in a backlog, a gang that fits a node), none is, or the rest could never hold
-        it."""
-        if self.config.exclusion_ratio <= 0 or not self._excludable(job, snapshot):
-            return None
-        if self.past_patience(job, snapshot):
-            return None
-        key = (job.model_family, job.gpu_type)
-        cached = self._slow.get(key)
-        if cached is None or cached[0] is not view:
-            cached = (view, self._slow_nodes(view.pace, job.gpu_type))
-            self._slow[key] = cached
-        slow = cached[1]
-        return slow if slow.names and slow.capacity_left >= job.num_gpus else None
-
     def exclusion_key(self, job: Job, snapshot: ClusterSnapshot) -> tuple[bool, bool]:
-        """What besides its request shape decides which nodes are too slow for ``job``: whether
-        it has waited out its patience, and whether it is long (what a memo must key on)."""
-        return self.past_patience(job, snapshot), self.long(job)
-
-    def past_patience(self, job: Job, snapshot: ClusterSnapshot) -> bool:
-        """Whether ``job`` has waited ``exclusion_patience_s``: then nothing is too slow for it."""
-        patience = self.config.exclusion_patience_s
-        return patience is not None and snapshot.time - job.submit_time >= patience
-
-    def long(self, job: Job) -> bool:
-        """Whether ``job``'s time limit reaches ``exclusion_min_limit_s``: then it is kept off
-        slow nodes whatever its size, backlog or not."""
-        least = self.config.exclusion_min_limit_s
-        return least is not None and job.time_limit is not None and job.time_limit >= least
-
-    def _excludable(self, job: Job, snapshot: ClusterSnapshot) -> bool:
-        if self.long(job) or (self.config.exclusion_spanning and self._must_span(job)):
-            return True
-        minimum = self.config.exclusion_min_gpus
-        return minimum is not None and job.num_gpus >= minimum and not self._backlog(snapshot)
-
-    def _backlog(self, snapshot: ClusterSnapshot) -> bool:
-        """Whether, within ``exclusion_backlog_memory_s``, a job too small to be excluded has
-        waited ``exclusion_backlog_s``: it could start on any free GPU, so every GPU, slow
-        ones included, was taken (a long job waits for a fast GPU, so it says nothing)."""
-        wait, minimum = self.config.exclusion_backlog_s, self.config.exclusion_min_gpus
-        if wait is None or minimum is None:
-            return False
-        if self._backlog_of is not snapshot:
-            columns = snapshot.columns
-            waited = (snapshot.time - columns.submit_time > wait) & (columns.num_gpus < minimum)
-            least = self.config.exclusion_min_limit_s
-            if least is not None:
-                waited &= ~(columns.time_limit >= least)  # an unknown limit (NaN) is not long
-            if waited.any():
-                self._backlog_seen = snapshot.time
-            self._backlog_of = snapshot
-        return snapshot.time - self._backlog_seen <= self.config.exclusion_backlog_memory_s
-
-    def _must_span(self, job: Job) -> bool:
-        assert self._nodes is not None
-        return (job.num_nodes or 1) > 1 or job.num_gpus > self._nodes.largest
-
-    def _slow_nodes(self, pace: FloatArray, gpu_type: str | None) -> _SlowNodes:
-        assert self._nodes is not None
-        table = self._nodes.table
-        usable = np.ones(len(pace), dtype=bool)
-        if gpu_type:
-            wanted = np.array([name == gpu_type.lower() for name in table.type_names])
-            usable = wanted[table.type_id]
-        if not usable.any():
-            return _SlowNodes(usable, (), 0)
-        slow = usable & (pace < self.config.exclusion_ratio * pace[usable].max())
-        names = tuple(self._nodes.names[i] for i in np.flatnonzero(slow))
-        return _SlowNodes(slow, names, int(table.capacity[usable & ~slow].sum()))
+        """What besides its request shape decides which nodes are too slow for ``job``."""
+        return self.exclusion_rules.key(job, snapshot)
 
     def migrations(
         self, snapshot: ClusterSnapshot, free_gpus: Sequence[int]
@@ -407,7 +297,8 @@ class RwgpPlacement:
             return {}
         model = self._model_for(snapshot.cluster)
         free = np.asarray(free_gpus, dtype=np.int64).copy()
-        calm = self.config.migrate_gain_s is not None and not self._backlog(snapshot)
+        calm = (self.config.migrate_gain_s is not None
+                and not self.exclusion_rules.backlog(snapshot))
         moves: dict[JobId, Placement] = {}
         for run in sorted(snapshot.running, key=lambda r: r.start_time):
             needed = self._needed_speedup(snapshot.time - run.start_time, calm)
@@ -525,7 +416,7 @@ class RwgpPlacement:
             wanted = job.gpu_type.lower()
             allowed = np.array([name == wanted for name in self._nodes.table.type_names])
             cost = np.where(allowed[self._nodes.table.type_id], cost, np.inf)
-        slow = self._too_slow(job, view, snapshot)
+        slow = self.exclusion_rules.too_slow(job, view, snapshot)
         if slow is not None:
             cost = np.where(slow.mask, np.inf, cost)  # it waits for a faster node instead
         return cost
