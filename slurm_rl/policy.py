@@ -63,6 +63,18 @@ class ExcludingPlacement(PlacementPolicy, Protocol):
 
 
 @runtime_checkable
+class BarringPlacement(PlacementPolicy, Protocol):
+    """A placement that names in advance nodes it will never place a job on: the scheduler
+    then skips asking it for a job whose shape fits the free GPUs only with them (most such
+    jobs in a loaded walk are gangs and long jobs kept off slow nodes)."""
+
+    def barred_nodes(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, ...]:
+        """Names of nodes no node set that :meth:`place` returns for ``job`` in ``snapshot``
+        holds (a promise: the scheduler's room test relies on it)."""
+        ...
+
+
+@runtime_checkable
 class MigratingPlacement(PlacementPolicy, Protocol):
     """A placement that also moves running jobs: a checkpointable job on nodes far slower than
     ones left free after this decision's placements is requeued and restarted there."""

@@ -17,12 +17,16 @@ The test is a necessary condition only, exact for the shapes it knows (``p`` = G
 * ``p`` given: at least :math:`\\lceil g/p \\rceil` nodes (or ``n``) with ``p`` free;
 * only ``n`` given: ``n`` nodes with a free GPU whose ``n`` largest free counts reach ``g``;
 * neither: ``g`` free GPUs in all.
+
+A placement that names nodes it will never use for a job
+(:class:`~slurm_rl.policy.BarringPlacement`: the RWGP's slow nodes for a gang or a long job)
+can be tested against the free GPUs less those nodes: :meth:`Room.could_fit` with ``barred``.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import accumulate
 
 from slurm_rl.core import Cluster, Job
@@ -62,23 +66,37 @@ class Room:
     def __init__(self, cluster: Cluster, free_gpus: Sequence[int]) -> None:
         self.cluster = cluster
         self.free_gpus = free_gpus
-        self._by_type: dict[str, _TypeRoom] = {}
+        self._by_type: dict[tuple[str, tuple[str, ...]], _TypeRoom] = {}
+        self._barred_indices: dict[tuple[str, ...], frozenset[int]] = {}
 
     def changed(self) -> None:
         self._by_type.clear()
 
-    def could_fit(self, job: Job) -> bool:
-        """False only when no node set of ``job``'s type in the free GPUs fits its shape."""
+    def could_fit(self, job: Job, barred: tuple[str, ...] = ()) -> bool:
+        """False only when no node set of ``job``'s type in the free GPUs, holding none of the
+        ``barred`` nodes, fits its shape."""
         if job.num_gpus <= 0:
             return True  # no shape to test: let the placement say
-        key = job.gpu_type.lower() if job.gpu_type else _ANY_TYPE
+        key = (job.gpu_type.lower() if job.gpu_type else _ANY_TYPE, barred)
         room = self._by_type.get(key)
         if room is None:
-            room = self._by_type[key] = _TypeRoom(self._free_counts(key))
+            room = self._by_type[key] = _TypeRoom(self._free_counts(*key))
         return room.fits(job)
 
-    def _free_counts(self, key: str) -> list[int]:
+    def _free_counts(self, gpu_type: str, barred: tuple[str, ...]) -> list[int]:
         free = self.free_gpus
-        if key == _ANY_TYPE:
-            return [count for count in free if count > 0]
-        return [free[i] for i in self.cluster.nodes_of_type(key) if free[i] > 0]
+        nodes: Iterable[int] = (
+            range(len(free)) if gpu_type == _ANY_TYPE else self.cluster.nodes_of_type(gpu_type))
+        if barred:
+            off = self._indices(barred)
+            nodes = [i for i in nodes if i not in off]
+        return [free[i] for i in nodes if free[i] > 0]
+
+    def _indices(self, barred: tuple[str, ...]) -> frozenset[int]:
+        """The barred nodes' indices (one set per barred tuple: a placement names the same
+        few sets over and over)."""
+        found = self._barred_indices.get(barred)
+        if found is None:
+            found = self._barred_indices[barred] = frozenset(
+                self.cluster.index(name) for name in barred)
+        return found

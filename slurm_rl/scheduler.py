@@ -35,6 +35,7 @@ from slurm_rl.fairness import (
     waiting_fairness,
 )
 from slurm_rl.policy import (
+    BarringPlacement,
     ExcludingPlacement,
     MigratingPlacement,
     OrderingPolicy,
@@ -75,7 +76,8 @@ class Scheduler:
         self.last_reranking: Reranking | None = None
         self.last_reservation: Reservation | None = None
         self.started = StartedWaits(self.rules.window_s)
-        self._abilities: tuple[PlacementPolicy | None, bool, bool] = (None, False, False)
+        self._abilities: tuple[PlacementPolicy | None, bool, bool, bool] = (
+            None, False, False, False)
 
     @property
     def policy_id(self) -> str:
@@ -174,7 +176,7 @@ class Scheduler:
             if held is not None and not held.allows(job, snapshot.time):
                 usable, room, room_test = unheld, available - held.held_gpus, room_in_unheld
             placement = None
-            if job.num_gpus <= room and room_test.could_fit(job):
+            if job.num_gpus <= room and self._could_fit(job, room_test, snapshot):
                 placement = self.placement.place(job, usable, snapshot)
             if placement is None:
                 if self.walk == "strict":
@@ -193,6 +195,17 @@ class Scheduler:
             room_in_unheld.changed()
             available -= placement.num_gpus
         return placements
+
+    def _could_fit(self, job: Job, room: Room, snapshot: ClusterSnapshot) -> bool:
+        """Whether ``job``'s shape fits ``room`` at all, off the nodes the placement would
+        never use for it (:class:`~slurm_rl.policy.BarringPlacement`): asked in that order, as
+        the first test is the cheaper and refuses most jobs of a loaded walk."""
+        if not room.could_fit(job):
+            return False
+        if not self._bars_nodes():
+            return True
+        barred = cast(BarringPlacement, self.placement).barred_nodes(job, snapshot)
+        return not barred or room.could_fit(job, barred)
 
     def _take(self, snapshot: ClusterSnapshot, placement: Placement, free: list[int],
               unheld: list[int]) -> None:
@@ -217,13 +230,20 @@ class Scheduler:
         """Whether the placement can keep jobs off nodes (:meth:`_abilities_of_placement`)."""
         return self._abilities_of_placement()[1]
 
-    def _abilities_of_placement(self) -> tuple[bool, bool]:
-        """(moves jobs, keeps jobs off nodes), asked once per placement object: a check
-        against a runtime protocol costs tens of µs, and every decision asks both."""
+    def _bars_nodes(self) -> bool:
+        """Whether the placement names nodes it never uses (:meth:`_abilities_of_placement`)."""
+        return self._abilities_of_placement()[2]
+
+    def _abilities_of_placement(self) -> tuple[bool, bool, bool]:
+        """(moves jobs, keeps jobs off nodes, names nodes it never uses), asked once per
+        placement object: a check against a runtime protocol costs tens of µs, and every
+        decision asks them."""
         if self._abilities[0] is not self.placement:
-            self._abilities = (self.placement, isinstance(self.placement, MigratingPlacement),
-                               isinstance(self.placement, ExcludingPlacement))
-        return self._abilities[1], self._abilities[2]
+            placement = self.placement
+            self._abilities = (placement, isinstance(placement, MigratingPlacement),
+                               isinstance(placement, ExcludingPlacement),
+                               isinstance(placement, BarringPlacement))
+        return self._abilities[1], self._abilities[2], self._abilities[3]
 
     def _exclusions(
         self, snapshot: ClusterSnapshot, jobs: list[Job], placements: dict[JobId, Placement]

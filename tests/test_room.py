@@ -33,11 +33,9 @@ def test_the_room_test_changes_no_schedule_and_saves_placements(
     monkeypatch.setattr(LearnedPlacement, "place", counted)
     with_room = _loaded_replay()
     asked_with_room = asked["count"]
-    monkeypatch.setattr(Room, "could_fit", lambda self, job: True)
+    monkeypatch.setattr(Room, "could_fit", lambda self, job, barred=(): True)
     asked["count"] = 0
     assert _loaded_replay() == with_room
     assert len(with_room) > 50
-    # The room test knows GPU counts, not a chooser's exclusions: with the shipped chooser
-    # keeping gangs and long jobs off slow nodes it skips fewer asks (session 40: 10,753 of
-    # 17,389, where the chooser without exclusions skipped over half).
-    assert asked_with_room < asked["count"] * 0.7
+    # the shipped chooser keeps gangs and long jobs off slow nodes: the room test knows it
+    assert asked_with_room < asked["count"] / 2

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurm_rl.agents.base import PlacementContext
 from slurm_rl.agents.placement_baselines import HEURISTICS
+from slurm_rl.agents.rwgp.placement import PlacementConfig, RwgpPlacement
 from slurm_rl.core import Cluster, ClusterSnapshot, Job, Node
 from slurm_rl.room import Room
 
@@ -35,6 +36,7 @@ jobs = st.builds(
     num_nodes=st.none() | st.integers(1, 5),
     gpus_per_node=st.none() | st.integers(1, 8),
     gpu_type=st.none() | st.sampled_from((*TYPES, "V100", "a100")),
+    time_limit=st.none() | st.sampled_from((3_600.0, 7 * 86_400.0)),
 )
 
 
@@ -74,6 +76,32 @@ def test_no_room_means_every_heuristic_refuses(cluster_free: tuple[Cluster, list
                                                                                snapshot)
         # (a heuristic honours fixed_shape, even for a request whose counts disagree)
         assert placement is None or room.could_fit(job)
+
+
+@given(clusters_and_free(), jobs, st.data())
+def test_no_room_off_the_barred_nodes_means_no_node_set_fits_there(
+        cluster_free: tuple[Cluster, list[int]], job: Job, data: st.DataObject) -> None:
+    cluster, free = cluster_free
+    barred = tuple(data.draw(st.sets(st.sampled_from([n.name for n in cluster.nodes]))))
+    if not Room(cluster, free).could_fit(job, barred):
+        left = [0 if node.name in barred else count
+                for node, count in zip(cluster.nodes, free, strict=True)]
+        assert not a_node_set_fits(job, cluster, left)
+
+
+@settings(max_examples=40, deadline=None)
+@given(clusters_and_free(), jobs)
+def test_rwgp_keeps_its_promise_never_to_place_on_its_barred_nodes(
+        cluster_free: tuple[Cluster, list[int]], job: Job) -> None:
+    # the shipped chooser's rules: K80s (a fifth of a V100) are slow for gangs and long jobs
+    cluster, free = cluster_free
+    snapshot = ClusterSnapshot(time=0.0, cluster=cluster, free_gpus=tuple(free), pending=(job,))
+    rwgp = RwgpPlacement({"v100": 1.0, "k80": 0.2}, PlacementConfig(exclusion_min_limit_s=86_400.0))
+    rwgp.observe(snapshot)
+    barred = rwgp.barred_nodes(job, snapshot)
+    placement = rwgp.place(job, free, snapshot)
+    assert placement is None or not set(placement.nodes) & set(barred)
+    assert placement is None or Room(cluster, free).could_fit(job, barred)
 
 
 def test_a_change_is_seen_after_changed() -> None:

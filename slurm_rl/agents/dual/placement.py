@@ -21,7 +21,7 @@ from slurm_rl.agents.dual.features import FeatureBuilder, FloatArray
 from slurm_rl.agents.dual.messages import Messenger
 from slurm_rl.agents.dual.network import PlacementHead
 from slurm_rl.core import ClusterSnapshot, Job, JobId, Placement
-from slurm_rl.policy import ExcludingPlacement, MigratingPlacement
+from slurm_rl.policy import BarringPlacement, ExcludingPlacement, MigratingPlacement
 
 
 def _any_movable(snapshot: ClusterSnapshot) -> bool:
@@ -43,6 +43,7 @@ class LearnedPlacement:
         # costs tens of µs, so it is made once (the chooser never changes)
         chooser = generator.chooser
         self._excluding = chooser if isinstance(chooser, ExcludingPlacement) else None
+        self._barring = chooser if isinstance(chooser, BarringPlacement) else None
 
     def observe(self, snapshot: ClusterSnapshot) -> None:
         self.builder.observe(snapshot)
@@ -64,6 +65,14 @@ class LearnedPlacement:
             return ()
         unnamed = job if not job.model_family else dataclasses.replace(job, model_family="")
         return self._excluding.exclusions(unnamed, snapshot)
+
+    def barred_nodes(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, ...]:
+        """The chooser's: every candidate is one of its node sets, judged without the job's
+        model family."""
+        if self._barring is None:
+            return ()
+        unnamed = job if not job.model_family else dataclasses.replace(job, model_family="")
+        return self._barring.barred_nodes(unnamed, snapshot)
 
     def migrations(
         self, snapshot: ClusterSnapshot, free_gpus: Sequence[int]

@@ -280,6 +280,13 @@ class RwgpPlacement:
 
     def exclusions(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, ...]:
         """Nodes Slurm must keep ``job`` off if it starts it (:mod:`.exclusions`)."""
+        return self._too_slow_names(job, snapshot)
+
+    def barred_nodes(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, ...]:
+        """Nodes never placed on for ``job``: the same (their node costs are infinite)."""
+        return self._too_slow_names(job, snapshot)
+
+    def _too_slow_names(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, ...]:
         view = self._view(self._model_for(snapshot.cluster), job.model_family)
         slow = self.exclusion_rules.too_slow(job, view, snapshot)
         return () if slow is None else slow.names
