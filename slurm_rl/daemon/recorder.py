@@ -32,6 +32,7 @@ from slurm_rl.store.repository import ActionRecord, Store
 # One JSON object per stored decision, on its own line (docs/operations.md): job names,
 # comments and users are data, and json.dumps keeps any newline or quote inside one line.
 decisions_log = logging.getLogger("slurm_rl.decisions")
+_cycle_log = logging.getLogger("slurm_rl.daemon")  # the daemon's own lines
 
 OUTCOME_SOURCE = "squeue"
 # Finished jobs kept for a store that is down: about a day of a busy cluster's completions.
@@ -283,3 +284,32 @@ def _log_decisions(cycle_id: int, decision: Decision, records: Sequence[ActionRe
             "rc": record.rc, "answer": record.answer,
         }
         decisions_log.info("%s", json.dumps(line, separators=(",", ":")))
+
+
+def log_cycle(summary: CycleSummary, policy: str, mode: str, took: float) -> None:
+    """The daemon's one line for a cycle."""
+    # The cycle number is the store's cycle id: the one explain and the JSON lines show.
+    # Quiet cycles (nothing sent, stored or finished) only show at debug level.
+    busy = summary.sent or summary.errors or summary.recorded_actions or summary.finished
+    _cycle_log.log(
+        logging.INFO if busy else logging.DEBUG,
+        "cycle %d (%s, %s): %d pending, %d running, %d finished; ranked %d, placed %d%s; "
+        "%d scontrol calls, %d errors%s; %d decisions stored; %.3f s",
+        summary.cycle_id, policy, mode, summary.pending, summary.running, summary.finished,
+        summary.ranked, summary.placed, _pinned_waiting(summary), summary.sent, summary.errors,
+        _priority_withheld(summary), summary.recorded_actions, took,
+    )
+
+
+def _pinned_waiting(summary: CycleSummary) -> str:
+    if not summary.pinned_waiting:
+        return ""
+    return (f" ({summary.pinned_waiting} pinned earlier, not started; oldest "
+            f"{summary.pinned_oldest_s:.0f} s)")
+
+
+def _priority_withheld(summary: CycleSummary) -> str:
+    if not summary.priority_withheld:
+        return ""
+    counts = ", ".join(f"{n} {why}" for why, n in sorted(summary.priority_withheld.items()))
+    return f"; priority changes held back: {counts}"

@@ -37,7 +37,7 @@ from slurm_rl.daemon.guard import GuardedScheduler
 from slurm_rl.daemon.heartbeat import FileHeartbeat, Heartbeat
 from slurm_rl.daemon.history import PrimedScheduler, stored_history
 from slurm_rl.daemon.jobcomp import JobcompLog
-from slurm_rl.daemon.recorder import CycleSummary, StoreRecorder
+from slurm_rl.daemon.recorder import CycleSummary, StoreRecorder, log_cycle
 from slurm_rl.errors import SlurmRLError
 from slurm_rl.live_policy import (
     FALLBACK_POLICY,
@@ -396,7 +396,7 @@ class Daemon:
         duration = time.monotonic() - started
         summary = self.recorder.last
         if summary is not None:
-            _log_summary(parts.config, summary, duration)
+            log_cycle(summary, parts.config.policy, parts.config.recorded_mode, duration)
             self.metrics.healthy(duration, self._clock(), summary.pending, summary.running,
                                  summary.actions, summary.job_errors,
                                  Counter(parts.source.set_aside.values()),
@@ -575,31 +575,3 @@ def _beat_moves_away(old: DaemonConfig, new: DaemonConfig) -> bool:
     if not old.changes_slurm:
         return False
     return not new.changes_slurm or old.heartbeat != new.heartbeat
-
-
-def _log_summary(config: DaemonConfig, summary: CycleSummary, took: float) -> None:
-    # The cycle number is the store's cycle id: the one explain and the JSON lines show.
-    # Quiet cycles (nothing sent, stored or finished) only show at debug level.
-    busy = summary.sent or summary.errors or summary.recorded_actions or summary.finished
-    log.log(
-        logging.INFO if busy else logging.DEBUG,
-        "cycle %d (%s, %s): %d pending, %d running, %d finished; ranked %d, placed %d%s; "
-        "%d scontrol calls, %d errors%s; %d decisions stored; %.3f s",
-        summary.cycle_id, config.policy, config.recorded_mode, summary.pending,
-        summary.running, summary.finished, summary.ranked, summary.placed, _waiting(summary),
-        summary.sent, summary.errors, _withheld(summary), summary.recorded_actions, took,
-    )
-
-
-def _waiting(summary: CycleSummary) -> str:
-    if not summary.pinned_waiting:
-        return ""
-    return (f" ({summary.pinned_waiting} pinned earlier, not started; oldest "
-            f"{summary.pinned_oldest_s:.0f} s)")
-
-
-def _withheld(summary: CycleSummary) -> str:
-    if not summary.priority_withheld:
-        return ""
-    counts = ", ".join(f"{n} {why}" for why, n in sorted(summary.priority_withheld.items()))
-    return f"; priority changes held back: {counts}"
