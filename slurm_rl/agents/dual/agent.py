@@ -122,7 +122,7 @@ PATIENCE_S = 3600.0
 # untuned value (session 40). A job that asks for a day runs 8 h or more on the reference GPU,
 # so a slow node (under a quarter of the best pace) would cost it a day or more.
 LONG_LIMIT_S = 86_400.0
-# Each RWGP chooser's exclusion rules (module placement's "Exclusions"); λ is the bundle's
+# Each RWGP chooser's exclusion rules (slurm_rl/agents/rwgp/exclusions.py); λ is the bundle's
 _RWGP_EXCLUSIONS: dict[str, PlacementConfig] = {
     "rwgp": PlacementConfig(exclusion_ratio=0.0),
     "rwgp-excluding": PlacementConfig(),
