@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from slurm_rl.agents.dual.agent import learned_placement
 from slurm_rl.agents.dual.bundle import (
     INHERITED_META,
     META_FILE,
@@ -21,6 +22,8 @@ from slurm_rl.agents.dual.bundle import (
     change_settings,
     load_bundle,
 )
+from slurm_rl.agents.dual.features import FeatureBuilder
+from slurm_rl.agents.rwgp.placement import RwgpPlacement
 from slurm_rl.cli.main import main
 from slurm_rl.paths import default_bundle_path
 
@@ -60,6 +63,19 @@ def test_an_unchanged_setting_adds_nothing_to_the_record(bundle: Path) -> None:
 def test_the_record_survives_a_retrain() -> None:
     # a fine-tune keeps its base's settings (INHERITED_META): it must keep their history too
     assert SETTINGS_CHANGED in INHERITED_META
+    assert "long_limit_h" in INHERITED_META
+
+
+def test_a_site_moves_the_long_job_limit_above_its_default_time(bundle: Path) -> None:
+    change_settings(bundle, SettingsChange(chooser="rwgp-long"), "the long rule")
+    assert load_bundle(bundle).long_limit_s == 86_400.0  # a meta without the key: a day
+    after = change_settings(bundle, SettingsChange(long_limit_h=72.0), "DefaultTime is 2 days")
+    assert after.meta[SETTINGS_CHANGED][-1]["key"] == "long_limit_h"
+    chooser = learned_placement(after, {"V100": 1.0}, FeatureBuilder()).generator.chooser
+    assert isinstance(chooser, RwgpPlacement)
+    assert chooser.config.exclusion_min_limit_s == 72 * 3600.0
+    shown = CliRunner().invoke(main, ["bundle", "show", str(bundle)])
+    assert "long jobs from 72 h" in shown.output
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -67,6 +83,7 @@ def test_the_record_survives_a_retrain() -> None:
     (SettingsChange(ordering_sharpness=101.0), "from 0 to 100"),
     (SettingsChange(starvation_h=-1.0), "finite number >= 0"),
     (SettingsChange(chooser="fastest"), "is not one of"),
+    (SettingsChange(long_limit_h=0.0), "'long_limit_h' must be a finite number of hours > 0"),
 ])
 def test_a_bad_change_is_refused_and_nothing_is_written(
         bundle: Path, change: SettingsChange, message: str) -> None:
@@ -104,7 +121,8 @@ def test_make_train_default_sets_what_the_shipped_bundle_records() -> None:
     variables = {name: " ".join(part.strip().rstrip("\\").strip() for part in value)
                  for name, *value in _make_variables(makefile)}
     flags = {"--starvation-h": "starvation_h", "--chooser": "chooser",
-             "--ordering-sharpness": "network.ordering_sharpness"}
+             "--ordering-sharpness": "network.ordering_sharpness",
+             "--long-limit-h": "long_limit_h"}
     made = []
     for line in makefile.splitlines():
         if "slurm-rl bundle set policies/default" in line:

@@ -38,6 +38,7 @@ def _show(directory: Path) -> None:
     click.echo(f"{directory}: chooser {bundle.chooser}, fee weight λ {bundle.fee_weight:g}, "
                f"age guard {'off' if guard_s is None else f'{guard_s / 3600:g} h'}, "
                f"ordering sharpness {config.ordering_sharpness:g}, "
+               f"long jobs from {bundle.long_limit_s / 3600:g} h, "
                f"communicate {str(bundle.meta.get('communicate', True)).lower()}")
     for change in bundle.meta.get(SETTINGS_CHANGED, []):
         click.echo(f"  changed {change.get('key')}: {change.get('from')!r} -> "
@@ -53,11 +54,15 @@ def _show(directory: Path) -> None:
 @click.option("--ordering-sharpness", "ordering_sharpness", default=None,
               type=FiniteFloat(min=0.0, max=100.0),
               help="β_o: the weight of the shortest-limit-first prior beside the residual.")
+@click.option("--long-limit-h", "long_limit_h", type=FiniteFloat(min=0.0), default=None,
+              help="The time limit (hours, above 0) from which the -long choosers keep a job "
+                   "off slow nodes; set it above the partitions' DefaultTime.")
 @click.option("--reason", required=True,
               help="Why (kept in meta.json's settings_changed record with the old value).")
 def set_command(directory: Path, chooser: str | None, starvation_h: float | None,
-                ordering_sharpness: float | None, reason: str) -> None:
+                ordering_sharpness: float | None, long_limit_h: float | None,
+                reason: str) -> None:
     """Change how the bundle acts, its weights untouched; each change is recorded."""
-    change_settings(directory, SettingsChange(chooser, starvation_h, ordering_sharpness),
-                    reason)
+    change_settings(directory, SettingsChange(chooser, starvation_h, ordering_sharpness,
+                                              long_limit_h), reason)
     _show(directory)

@@ -16,7 +16,13 @@ import numpy as np
 import torch
 
 from slurm_rl.agents.base import PlacementContext
-from slurm_rl.agents.dual.bundle import CHOOSERS, Bundle, BundleError, load_bundle
+from slurm_rl.agents.dual.bundle import (
+    CHOOSERS,
+    LONG_LIMIT_H,
+    Bundle,
+    BundleError,
+    load_bundle,
+)
 from slurm_rl.agents.dual.candidates import CANDIDATE_FEATURES, CandidateGenerator
 from slurm_rl.agents.dual.features import (
     CLUSTER_FEATURES,
@@ -118,29 +124,30 @@ class OrderingAgent:
 
 # How long ``rwgp-patient`` keeps a gang off slow nodes: one untuned value (session 39)
 PATIENCE_S = 3600.0
-# The time limit from which ``rwgp-excluding-long`` keeps any job off slow nodes: a day, one
-# untuned value (session 40). A job that asks for a day runs 8 h or more on the reference GPU,
-# so a slow node (under a quarter of the best pace) would cost it a day or more.
-LONG_LIMIT_S = 86_400.0
 # Each RWGP chooser's exclusion rules (slurm_rl/agents/rwgp/exclusions.py); λ is the bundle's
 _RWGP_EXCLUSIONS: dict[str, PlacementConfig] = {
     "rwgp": PlacementConfig(exclusion_ratio=0.0),
     "rwgp-excluding": PlacementConfig(),
     "rwgp-patient": PlacementConfig(exclusion_patience_s=PATIENCE_S),
-    "rwgp-excluding-long": PlacementConfig(exclusion_min_limit_s=LONG_LIMIT_S),
+    # with the long-job rule (its limit: the bundle's long_limit_h)
+    "rwgp-excluding-long": PlacementConfig(exclusion_min_limit_s=LONG_LIMIT_H * 3600),
     # the long-job rule alone (an ablation of rwgp-excluding-long: no gang is kept off for its size)
     "rwgp-long": PlacementConfig(exclusion_spanning=False, exclusion_min_gpus=None,
-                                 exclusion_min_limit_s=LONG_LIMIT_S),
+                                 exclusion_min_limit_s=LONG_LIMIT_H * 3600),
 }
 
 
 def make_chooser(name: str, gpu_speed: Mapping[str, float], fee_weight: float,
-                 hyperparameters: Mapping[str, Any] | None = None) -> PlacementPolicy:
+                 hyperparameters: Mapping[str, Any] | None = None,
+                 long_limit_s: float = LONG_LIMIT_H * 3600) -> PlacementPolicy:
     """The node-set chooser inside the placement agent (:data:`CHOOSERS`): the RWGP (starting
-    from a retrained bundle's refit hyperparameters when it has them), or best-fit."""
+    from a retrained bundle's refit hyperparameters when it has them), or best-fit.
+    ``long_limit_s``: where a chooser keeps long jobs off slow nodes, from that limit."""
     exclusions = _RWGP_EXCLUSIONS.get(name)
     if exclusions is not None:
         config = replace(exclusions, fee_weight=fee_weight)
+        if config.exclusion_min_limit_s is not None:
+            config = replace(config, exclusion_min_limit_s=long_limit_s)
         return RwgpPlacement(gpu_speed, config, hyperparameters=hyperparameters)
     if name == "best-fit":
         return BestFit()
@@ -149,7 +156,8 @@ def make_chooser(name: str, gpu_speed: Mapping[str, float], fee_weight: float,
 
 def learned_placement(bundle: Bundle, gpu_speed: Mapping[str, float],
                       builder: FeatureBuilder) -> LearnedPlacement:
-    chooser = make_chooser(bundle.chooser, gpu_speed, bundle.fee_weight, bundle.placement_gp)
+    chooser = make_chooser(bundle.chooser, gpu_speed, bundle.fee_weight, bundle.placement_gp,
+                           bundle.long_limit_s)
     return LearnedPlacement(bundle.network.placement, builder,
                             CandidateGenerator(chooser, builder))
 
@@ -183,7 +191,8 @@ def build_scheduler(
         placement: PlacementPolicy = baseline_placement or FastestGpuFirst(gpu_speed)
         messenger = Messenger(CandidateGenerator(placement, builder, per_type=False), None)
     else:
-        chooser = make_chooser(bundle.chooser, gpu_speed, bundle.fee_weight, bundle.placement_gp)
+        chooser = make_chooser(bundle.chooser, gpu_speed, bundle.fee_weight, bundle.placement_gp,
+                               bundle.long_limit_s)
         learned = LearnedPlacement(network.placement, builder,
                                    CandidateGenerator(chooser, builder))
         placement, messenger = learned, learned.messenger

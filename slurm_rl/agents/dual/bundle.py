@@ -42,11 +42,16 @@ PLACEMENT_GP = "placement_gp"  # meta key: the chooser's refit RWGP hyperparamet
 CHOOSERS = ("rwgp-excluding", "rwgp", "rwgp-patient", "rwgp-excluding-long", "rwgp-long",
             "best-fit")
 UNNAMED_CHOOSER = "rwgp"  # a meta.json without the key: bundles from before the key existed
+#: The time limit from which the ``-long`` choosers keep any job off slow nodes (meta.json
+#: ``long_limit_h``): a day, one untuned value (session 40). A job that asks for a day runs 8 h
+#: or more on the reference GPU, so a slow node (under a quarter of the best pace) would cost
+#: it a day or more. A site whose partitions default to a day or more sets it above that.
+LONG_LIMIT_H = 24.0
 #: The meta keys a fine-tuned bundle (``slurm-rl retrain``) keeps from its base: how it acts
 #: (λ, the chooser, communication, the age guard) and how the base was trained. Retraining
 #: must not change a setting the site deployed with, such as a guard turned off.
-INHERITED_META = ("fee_weight", "chooser", "communicate", "starvation_h", "training",
-                  "settings_changed")
+INHERITED_META = ("fee_weight", "chooser", "communicate", "starvation_h", "long_limit_h",
+                  "training", "settings_changed")
 #: meta.json key: the record of :func:`change_settings`, oldest first.
 SETTINGS_CHANGED = "settings_changed"
 
@@ -83,6 +88,11 @@ class Bundle:
     def starvation_s(self) -> float | None:
         """The ordering's starvation guard (:func:`promote_starved`); None: off."""
         return guard_seconds(float(self.meta.get("starvation_h", STARVATION_H)))
+
+    @property
+    def long_limit_s(self) -> float:
+        """The time limit from which the ``-long`` choosers keep a job off slow nodes."""
+        return 3600.0 * float(self.meta.get("long_limit_h", LONG_LIMIT_H))
 
     @property
     def placement_gp(self) -> Mapping[str, Any] | None:
@@ -155,13 +165,15 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
 class SettingsChange:
     """Settings of how a trained bundle acts that may change without retraining (None: keep).
 
-    ``chooser`` (:data:`CHOOSERS`), ``starvation_h`` (the age guard, 0: off) and
+    ``chooser`` (:data:`CHOOSERS`), ``starvation_h`` (the age guard, 0: off),
     ``ordering_sharpness`` (β_o, the weight of the shortest-limit-first prior beside the learned
-    residual; from above 0 to 100, since the residual was trained beside a prior)."""
+    residual; from above 0 to 100, since the residual was trained beside a prior) and
+    ``long_limit_h`` (:data:`LONG_LIMIT_H`, above 0)."""
 
     chooser: str | None = None
     starvation_h: float | None = None
     ordering_sharpness: float | None = None
+    long_limit_h: float | None = None
 
 
 def change_settings(directory: Path | str, change: SettingsChange, reason: str) -> Bundle:
@@ -185,8 +197,10 @@ def change_settings(directory: Path | str, change: SettingsChange, reason: str) 
 def _apply(path: Path, meta: dict[str, Any], change: SettingsChange) -> list[tuple[str, Any, Any]]:
     """Sets ``change`` in ``meta``; the (key, old, new) of each setting that moved."""
     moves: list[tuple[str, Any, Any]] = []
-    defaults = {"chooser": UNNAMED_CHOOSER, "starvation_h": STARVATION_H}  # a meta without it
-    for key, new in (("chooser", change.chooser), ("starvation_h", change.starvation_h)):
+    defaults = {"chooser": UNNAMED_CHOOSER, "starvation_h": STARVATION_H,  # a meta without it
+                "long_limit_h": LONG_LIMIT_H}
+    for key, new in (("chooser", change.chooser), ("starvation_h", change.starvation_h),
+                     ("long_limit_h", change.long_limit_h)):
         old = meta.get(key, defaults[key])
         if new is not None and old != new:
             moves.append((key, old, new))
@@ -213,6 +227,11 @@ def _check_settings(path: Path, meta: Mapping[str, Any]) -> None:
                 or not 0 <= value < math.inf:
             raise BundleError(f"policy bundle {path}: {META_FILE} '{key}' must be a finite "
                               f"number >= 0, not {value!r}")
+    long_limit = meta.get("long_limit_h", LONG_LIMIT_H)
+    if isinstance(long_limit, bool) or not isinstance(long_limit, int | float) \
+            or not 0 < long_limit < math.inf:
+        raise BundleError(f"policy bundle {path}: {META_FILE} 'long_limit_h' must be a finite "
+                          f"number of hours > 0, not {long_limit!r}")
     if not isinstance(meta.get("communicate", True), bool):
         raise BundleError(f"policy bundle {path}: {META_FILE} 'communicate' must be true or "
                           f"false, not {meta['communicate']!r}")
