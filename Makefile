@@ -83,15 +83,19 @@ NO_EXCLUSIONS = session 39: the RWGP chooser without gang exclusions, chosen on 
 	offered loads 0.7-1.0 (docs/training.md, Session 39)
 LONG_JOBS = session 40: gang exclusions back, and jobs with a time limit of a day or more kept off \
 	slow nodes, chosen on Philly Sep-Nov at offered loads 0.7-1.0 (docs/training.md, Session 40)
+LONG_ONLY = session 41: only jobs with a time limit of a day or more kept off slow nodes (no gang \
+	rule), chosen on Philly Sep-Nov at offered loads 0.7-1.0 (docs/training.md, Session 41)
 # Then the settings it ships with, chosen after training on Sep-Nov (meta.json's
 # settings_changed says when and why): the age guard off, the ordering prior at 32, the chooser
-# without gang exclusions, then the chooser that excludes for gangs and for long jobs.
+# without gang exclusions, the chooser that excludes for gangs and for long jobs, then the one
+# that excludes for long jobs alone.
 train-default: $(STAMP)
 	$(VENV)/bin/slurm-rl train $(TRAIN_DEFAULT_ARGS) --output policies/default
 	$(VENV)/bin/slurm-rl bundle set policies/default --starvation-h 0 --reason "$(GUARD_OFF)"
 	$(VENV)/bin/slurm-rl bundle set policies/default --ordering-sharpness 32 --reason "$(SHARP_32)"
 	$(VENV)/bin/slurm-rl bundle set policies/default --chooser rwgp --reason "$(NO_EXCLUSIONS)"
 	$(VENV)/bin/slurm-rl bundle set policies/default --chooser rwgp-excluding-long --reason "$(LONG_JOBS)"
+	$(VENV)/bin/slurm-rl bundle set policies/default --chooser rwgp-long --reason "$(LONG_ONLY)"
 
 # The no-communication ablation, trained as such (~13 min on 2 cores with Ray): evaluate reads it
 # with --no-comm-bundle policies/no-communication.
