@@ -24,6 +24,11 @@ from slurm_rl.core import ClusterSnapshot, Job, JobId, Placement
 from slurm_rl.policy import BarringPlacement, ExcludingPlacement, MigratingPlacement
 
 
+def _unnamed(job: Job) -> Job:
+    """``job`` without its model family: how the chooser judges every job (:mod:`.candidates`)."""
+    return job if not job.model_family else dataclasses.replace(job, model_family="")
+
+
 def _any_movable(snapshot: ClusterSnapshot) -> bool:
     return any(run.job.checkpointable for run in snapshot.running)
 
@@ -63,16 +68,14 @@ class LearnedPlacement:
         """The chooser's, judged like its candidates: without the job's model family."""
         if self._excluding is None:
             return ()
-        unnamed = job if not job.model_family else dataclasses.replace(job, model_family="")
-        return self._excluding.exclusions(unnamed, snapshot)
+        return self._excluding.exclusions(_unnamed(job), snapshot)
 
     def barred_nodes(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, ...]:
         """The chooser's: every candidate is one of its node sets, judged without the job's
         model family."""
         if self._barring is None:
             return ()
-        unnamed = job if not job.model_family else dataclasses.replace(job, model_family="")
-        return self._barring.barred_nodes(unnamed, snapshot)
+        return self._barring.barred_nodes(_unnamed(job), snapshot)
 
     def migrations(
         self, snapshot: ClusterSnapshot, free_gpus: Sequence[int]
