@@ -384,17 +384,19 @@ def config_path(given: Path | None, environ: Mapping[str, str] | None = None) ->
     return DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.is_file() else None
 
 
-def store_command_config(given: Path | None, store_url: str | None) -> DaemonConfig:
+def store_command_config(given: Path | None, store_url: str | None,
+                         overrides: Mapping[str, object] | None = None) -> DaemonConfig:
     """The config a store command (retrain, models, export) acts on: ``--config``; without
     it and without ``--store``, the file the daemon would read (``$SLURM_RL_CONFIG``, the
     site file). ``--store`` alone reads no file: the daemon's scheduled retrain passes its
-    settings on the command line, and a user who may not read the site file can still
-    name a store."""
+    settings on the command line (``overrides``: the command's options, by field name; None
+    values are not given), and a user who may not read the site file can still name a
+    store."""
     path = given if given is not None or store_url is not None else config_path(None)
     if path is None and store_url is None:
         raise InputError(f"give --store URL or --config FILE (the daemon's store); neither "
                          f"${CONFIG_PATH_ENV} nor {DEFAULT_CONFIG_PATH} names one")
-    return load_config(path, {"store_url": store_url})
+    return load_config(path, {**(overrides or {}), "store_url": store_url})
 
 
 def layers(

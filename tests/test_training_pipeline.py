@@ -66,33 +66,36 @@ def test_training_twice_with_one_seed_gives_the_same_weights(trained: Path,
     assert all(first[k].equal(second[k]) for k in first)
 
 
-def test_the_guard_trained_under_is_the_guard_validated_and_shipped(
+def test_the_guard_and_long_limit_trained_under_are_those_validated_and_shipped(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--starvation-h 0``: the rollouts rank without the age guard, validation replays the
-    checkpoints without it, and the bundle ships without it (what is trained is deployed)."""
-    rollout_guards: list[float | None] = []
+    """``--starvation-h 0 --long-limit-h 48``: the rollouts rank without the age guard and
+    place with the long-job rule from 48 h, validation replays the checkpoints so, and the
+    bundle ships so (what is trained is deployed)."""
+    rollout_guards: list[tuple[float | None, float]] = []
     validated_meta: list[object] = []
     collect = RolloutPool.collect
 
     def spy_collect(self: RolloutPool, network: Any, config: RolloutConfig, *rest: Any) -> Any:
-        rollout_guards.append(config.starvation_s)
+        rollout_guards.append((config.starvation_s, config.long_limit_s))
         return collect(self, network, config, *rest)
 
     def spy_replay(scenarios: Any, specs: list[PolicySpec], *rest: Any, **named: Any) -> Any:
-        validated_meta.extend(spec.meta.get("starvation_h") for spec in specs
-                              if spec.weights is not None)
+        validated_meta.extend((spec.meta.get("starvation_h"), spec.meta.get("long_limit_h"))
+                              for spec in specs if spec.weights is not None)
         return replay_replicas(scenarios, specs, *rest, **named)
 
     monkeypatch.setattr(RolloutPool, "collect", spy_collect)
     monkeypatch.setattr("slurm_rl.training.validation.replay_replicas", spy_replay)
     result = CliRunner().invoke(
-        train_command, [*TRAIN, "--starvation-h", "0", "--output", str(tmp_path / "b"),
-                        "--run-dir", str(tmp_path / "runs")], catch_exceptions=False)
+        train_command, [*TRAIN, "--starvation-h", "0", "--long-limit-h", "48", "--output",
+                        str(tmp_path / "b"), "--run-dir", str(tmp_path / "runs")],
+        catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    assert rollout_guards and set(rollout_guards) == {None}
-    assert validated_meta == [0.0, 0.0]  # the warm start and PPO 1
+    assert rollout_guards and set(rollout_guards) == {(None, 48 * 3600.0)}
+    assert validated_meta == [(0.0, 48.0), (0.0, 48.0)]  # the warm start and PPO 1
     bundle = load_bundle(tmp_path / "b")
     assert bundle.meta["starvation_h"] == 0.0 and bundle.starvation_s is None
+    assert bundle.long_limit_s == 48 * 3600.0
 
 
 def test_evaluate_reports_every_policy_and_a_verdict(trained: Path, tmp_path: Path) -> None:

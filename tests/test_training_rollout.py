@@ -15,6 +15,7 @@ from slurm_rl.agents.dual.bundle import Bundle
 from slurm_rl.agents.dual.features import JOB_FEATURES
 from slurm_rl.agents.dual.network import DualNetwork
 from slurm_rl.agents.registry import with_rules
+from slurm_rl.agents.rwgp.placement import RwgpPlacement
 from slurm_rl.core import Cluster
 from slurm_rl.errors import InputError
 from slurm_rl.fairness import LONGEST_HOLD_S, RankingRules
@@ -195,6 +196,16 @@ def test_a_rollout_decides_as_the_deployed_scheduler_on_the_same_snapshot(dispat
     assert trained.placements == deployed.placements
     assert trained.exclusions == deployed.exclusions
     assert trained.migrations == deployed.migrations
+
+
+def test_a_rollout_keeps_long_jobs_off_slow_nodes_from_its_configured_limit() -> None:
+    """The long-job rule's limit reaches the training chooser as it reaches the deployed
+    one (a bundle's long_limit_h; ``train --long-limit-h``)."""
+    network = DualNetwork(network_config(16, 0.0, "pace"))
+    config = RolloutConfig(fee_weight=0.1, chooser="rwgp-long", long_limit_s=48 * 3600.0)
+    chooser = training_actors(network, SPEED, config, seed=0).placement.generator.chooser
+    assert isinstance(chooser, RwgpPlacement)
+    assert chooser.config.exclusion_min_limit_s == 48 * 3600.0
 
 
 def test_a_limit_teacher_ranks_shortest_time_limit_first() -> None:

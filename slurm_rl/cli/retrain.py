@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from slurm_rl.cli.options import FiniteFloat
+from slurm_rl.cli.options import F, FiniteFloat
 from slurm_rl.config import DaemonConfig, store_command_config
 from slurm_rl.errors import InputError, SlurmRLError
 from slurm_rl.live_policy import make_policy
@@ -27,6 +27,33 @@ if TYPE_CHECKING:
     from slurm_rl.retrain.run import RetrainSettings
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+#: The daemon's settings that make the world a policy is fine-tuned and judged in (its
+#: ranking rules, dispatch and hold cap), by DaemonConfig field: the scheduled retrain passes
+#: them on its command line (:func:`slurm_rl.retrain.schedule.retrain_argv`).
+WORLD_FIELDS = ("dispatch", "defer_cap_s", "fairness_max_wait_ratio", "fairness_window_s",
+                "fairness_min_wait_s", "nice_per_rank")
+
+
+def world_options(command: F) -> F:
+    """The daemon's world (:data:`WORLD_FIELDS`) as options; each defaults to the config's."""
+    for flag, name, kind, about in reversed((
+            ("--defer-cap", "defer_cap_s", FiniteFloat(min=0.0), "defer_cap_s (s)"),
+            ("--fairness-max-wait-ratio", "fairness_max_wait_ratio", FiniteFloat(min=0.0),
+             "fairness_max_wait_ratio (0: off)"),
+            ("--fairness-window", "fairness_window_s", FiniteFloat(min=0.0),
+             "fairness_window_s"),
+            ("--fairness-min-wait", "fairness_min_wait_s", FiniteFloat(min=0.0),
+             "fairness_min_wait_s"),
+            ("--nice-per-rank", "nice_per_rank", click.IntRange(min=0),
+             "nice_per_rank (0: off)"))):
+        command = click.option(flag, name, default=None, type=kind,
+                               help=f"The daemon's {about} [the config's].")(command)
+    return click.option(
+        "--dispatch/--no-dispatch", "dispatch", default=None,
+        help="Fine-tune and judge as a daemon with dispatch = true (or false) runs [the "
+             "config's].")(command)
 
 
 @click.command("retrain")
@@ -76,6 +103,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
               help="Where registry versions are unpacked [<state_dir>/models].")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=0, show_default=True, type=int)
+@world_options
 def retrain_command(config_path: Path | None, store_url: str | None, **options: object) -> None:
     """Retrain the agents on the store's logged window; promote the result only if the gate
     finds it better than the current policy by the margin."""
@@ -83,8 +111,7 @@ def retrain_command(config_path: Path | None, store_url: str | None, **options: 
 
     if not logging.getLogger().handlers:  # progress and problems on stderr
         logging.basicConfig(stream=sys.stderr, format=LOG_FORMAT, level=logging.WARNING)
-    config = store_command_config(config_path, store_url)
-    settings = settings_from(config, options)
+    config, settings = command_settings(config_path, store_url, options)
     check_usable(settings)
     require_store(config.store)
     # The outcome is the command's one line of output (stdout), not a log line as well.
@@ -109,6 +136,15 @@ def check_usable(settings: RetrainSettings) -> None:
             raise InputError(f"{option}: {exc}") from None
 
 
+def command_settings(config_path: Path | None, store_url: str | None,
+                     options: dict[str, object]) -> tuple[DaemonConfig, RetrainSettings]:
+    """The site config the command acts on (its world options laid over it) and the
+    retrain's settings."""
+    world = {name: options.get(name) for name in WORLD_FIELDS}
+    config = store_command_config(config_path, store_url, world)
+    return config, settings_from(config, options)
+
+
 def settings_from(config: DaemonConfig, options: dict[str, object]) -> RetrainSettings:
     # lazy: fine-tuning (finetune, run) imports torch
     from slurm_rl.retrain.finetune import FinetuneSettings
@@ -125,14 +161,16 @@ def settings_from(config: DaemonConfig, options: dict[str, object]) -> RetrainSe
     finetune = FinetuneSettings(
         iterations=int(str(pick("iterations", config.retrain_iterations))),
         episodes_per_iteration=int(str(pick("episodes", config.retrain_episodes))),
-        workers=int(str(options["workers"])), seed=int(str(options["seed"])))
+        workers=int(str(options["workers"])), seed=int(str(options["seed"])),
+        dispatch=config.dispatch)
     gate = GateSettings(
         margin=float(str(pick("margin", config.retrain_margin))),
         fee_tolerance=float(str(pick("fee_tolerance", config.retrain_fee_tolerance))),
         wait_tolerance=float(str(pick("wait_tolerance", config.retrain_wait_tolerance))),
         seeds=int(str(pick("gate_seeds", config.retrain_gate_seeds))),
         cycle_s=float(str(pick("cycle_s", config.interval_s))),
-        defer_window_s=float(str(pick("defer_window_s", config.defer_window_s))))
+        defer_window_s=float(str(pick("defer_window_s", config.defer_window_s))),
+        rules=config.ranking_rules, hold_cap_s=config.defer_cap_s)
     return replace(
         RetrainSettings(),
         window_days=float(str(pick("window_days", config.retrain_window_days))),

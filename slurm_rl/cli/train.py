@@ -11,7 +11,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from slurm_rl.agents.dual.bundle import CHOOSERS, load_bundle
+from slurm_rl.agents.dual.bundle import CHOOSERS, LONG_LIMIT_H, load_bundle
 from slurm_rl.agents.dual.network import PRIORS
 from slurm_rl.agents.starvation import STARVATION_H
 from slurm_rl.cli.main import FriendlyGroup
@@ -112,6 +112,11 @@ def _loads(ctx: click.Context, param: click.Parameter, value: str | None
               type=FiniteFloat(min=0.0),
               help="The age guard the rollouts and validation rank under and the bundle ships "
                    "with (its starvation_h): hours pending before a job goes first; 0: off.")
+@click.option("--long-limit-h", "long_limit_h", default=LONG_LIMIT_H, show_default=True,
+              type=FiniteFloat(min=0.0, min_open=True),
+              help="The time limit (hours) from which the chooser keeps a job off slow nodes "
+                   "(choosers with the long-job rule), in rollouts and validation; the bundle "
+                   "ships with it (its long_limit_h).")
 @click.option("--learning-rate", "learning_rate", default=1e-3, show_default=True,
               type=FiniteFloat(min=0.0, min_open=True))
 @click.option("--update-epochs", "update_epochs", default=8, show_default=True,

@@ -16,6 +16,7 @@ from slurm_rl import __version__
 from slurm_rl.agents.dual.bundle import (
     INHERITED_META,
     PLACEMENT_GP,
+    Bundle,
     load_bundle,
     save_bundle,
 )
@@ -35,6 +36,8 @@ class FinetuneSettings:
     update_epochs: int = 4
     workers: int = 1
     seed: int = 0
+    # the daemon's dispatch: episodes are played as it runs (only the policy starts jobs)
+    dispatch: bool = False
 
 
 def episode_specs(calibration: Calibration, count: int, seed: int,
@@ -49,6 +52,16 @@ def episode_specs(calibration: Calibration, count: int, seed: int,
                                  end=first + calibration.span_s,
                                  seed=seed * 1_000_003 + iteration * 1_009 + k))
     return specs
+
+
+def rollout_config(bundle: Bundle, settings: FinetuneSettings) -> RolloutConfig:
+    """The rollouts rank as the bundle will once deployed: its λ, chooser, message, age guard
+    and long-job limit, in the daemon's dispatch mode."""
+    args = Args()
+    return RolloutConfig(bundle.fee_weight, bundle.chooser, "sample", args.max_jobs,
+                         args.rank_k, communicate=bool(bundle.meta.get("communicate", True)),
+                         starvation_s=bundle.starvation_s, dispatch=settings.dispatch,
+                         long_limit_s=bundle.long_limit_s)
 
 
 def finetune(base: Path, calibration: Calibration, output: Path,
@@ -67,11 +80,9 @@ def finetune(base: Path, calibration: Calibration, output: Path,
                    fee_weight=bundle.fee_weight, chooser=bundle.chooser)
     optimizer = torch.optim.Adam(network.parameters(), lr=settings.learning_rate, eps=1e-5)
     scaler = ReturnScaler(args.gamma)
-    # the rollouts rank as the bundle will once deployed: its λ, chooser, message and guard
-    rollout = RolloutConfig(bundle.fee_weight, bundle.chooser, "sample", args.max_jobs,
-                            args.rank_k, communicate=bool(bundle.meta.get("communicate", True)),
-                            starvation_s=bundle.starvation_s)
-    world = WorldSpec(str(calibration.training_trace), str(calibration.cluster_spec))
+    rollout = rollout_config(bundle, settings)
+    world = WorldSpec(str(calibration.training_trace), str(calibration.cluster_spec),
+                      dispatch=settings.dispatch)
     rng = np.random.default_rng(settings.seed)
     curve: list[dict[str, float]] = []
     with RolloutPool(world, settings.workers) as pool:

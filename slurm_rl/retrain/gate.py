@@ -10,18 +10,21 @@ docs/training.md "Session 15").
 
 Both replays see the same jobs, cluster, machine fluctuation and seeds; the mean is taken
 over ``seeds`` replays (machine fluctuation differs by seed), so one lucky draw does not
-promote a policy.
+promote a policy. Both rank as the daemon does: under the site's ranking rules (its fairness
+guard, ``--nice`` weight and ``dispatch``) with holds ending at its ``defer_cap_s``, so a
+policy is judged in the world it will run in.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from slurm_rl.fairness import RankingRules
 from slurm_rl.live_policy import make_policy
 from slurm_rl.retrain.calibrate import Calibration
 from slurm_rl.scenario import ReplayResult, Scenario, replay
@@ -51,6 +54,10 @@ class GateSettings:
     seeds: int = 3
     cycle_s: float = 5.0  # the daemon's interval: decisions happen as often as live
     defer_window_s: float = 10.0
+    # the daemon's world: its ranking rules (DaemonConfig.ranking_rules) and the longest a
+    # job is held back (its defer_cap_s)
+    rules: RankingRules = field(default_factory=RankingRules)
+    hold_cap_s: float = SimConfig.hold_cap_s
 
 
 @dataclass(frozen=True)
@@ -107,11 +114,13 @@ def _change(fraction: float) -> str:
     return f"{fraction:+.1%}"
 
 
-def replay_metrics(policy: PolicyRef, scenario: Scenario, seeds: int) -> dict[str, Any]:
-    """Mean metrics of ``seeds`` replays of ``policy`` (each with its own scheduler)."""
+def replay_metrics(policy: PolicyRef, scenario: Scenario, seeds: int,
+                   rules: RankingRules | None = None) -> dict[str, Any]:
+    """Mean metrics of ``seeds`` replays of ``policy`` (each with its own scheduler, ranking
+    under ``rules``; None: the defaults)."""
     runs = []
     for seed in range(seeds):
-        scheduler = make_policy(policy.name, seed=seed, bundle=policy.bundle)
+        scheduler = make_policy(policy.name, seed=seed, bundle=policy.bundle, rules=rules)
         seeded = replace(scenario, sim=replace(scenario.sim, seed=seed))
         result = replay(seeded, scheduler, policy_id=policy.name)
         runs.append(result)
@@ -136,15 +145,15 @@ def logged_scenario(calibration: Calibration, settings: GateSettings) -> Scenari
     spec = load_cluster_spec(calibration.cluster_spec)
     trace = open_workload(str(calibration.replay_trace))
     sim = SimConfig(mode="slurm", cycle_s=settings.cycle_s,
-                    defer_window_s=settings.defer_window_s)
+                    defer_window_s=settings.defer_window_s, hold_cap_s=settings.hold_cap_s)
     return Scenario(spec, trace, sim)
 
 
 def judge(candidate: PolicyRef, current: PolicyRef, calibration: Calibration,
           settings: GateSettings) -> Verdict:
     scenario = logged_scenario(calibration, settings)
-    ours = replay_metrics(candidate, scenario, settings.seeds)
-    theirs = replay_metrics(current, scenario, settings.seeds)
+    ours = replay_metrics(candidate, scenario, settings.seeds, settings.rules)
+    theirs = replay_metrics(current, scenario, settings.seeds, settings.rules)
     cand, cur = float(ours["avg_jct_s"]), float(theirs["avg_jct_s"])
     improvement = (cur - cand) / cur if cur > 0 else 0.0
     finished = ours["unfinished_jobs"] <= theirs["unfinished_jobs"]

@@ -49,7 +49,14 @@ def retrain_argv(config: DaemonConfig) -> list[str]:
             "--episodes", str(config.retrain_episodes),
             "--gate-seeds", str(config.retrain_gate_seeds),
             "--cycle", repr(config.interval_s), "--defer-window", str(config.defer_window_s),
-            "--cache-dir", str(config.models_cache)]
+            "--cache-dir", str(config.models_cache),
+            # the world the candidate is fine-tuned and judged in: the daemon's
+            "--dispatch" if config.dispatch else "--no-dispatch",
+            "--defer-cap", repr(config.defer_cap_s),
+            "--fairness-max-wait-ratio", repr(config.fairness_max_wait_ratio),
+            "--fairness-window", repr(config.fairness_window_s),
+            "--fairness-min-wait", repr(config.fairness_min_wait_s),
+            "--nice-per-rank", str(config.nice_per_rank)]
     if config.cluster_name:
         argv += ["--cluster", config.cluster_name]
     if config.policy_bundle is not None:

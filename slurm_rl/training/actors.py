@@ -32,6 +32,7 @@ import torch
 from numpy.typing import NDArray
 
 from slurm_rl.agents.dual.agent import Observation, OrderingAgent, make_chooser, masked_scores
+from slurm_rl.agents.dual.bundle import LONG_LIMIT_H
 from slurm_rl.agents.dual.candidates import CANDIDATE_FEATURES, CandidateGenerator, CandidateSet
 from slurm_rl.agents.dual.features import JOB_FEATURES, FeatureBuilder, FloatArray
 from slurm_rl.agents.dual.network import DualNetwork, PlacementHead, ordering_prior
@@ -65,6 +66,8 @@ class RolloutConfig:
     ordering_teacher: str = "qssf"  # the ranking the warm start clones (ORDERING_TEACHERS)
     starvation_s: float | None = STARVATION_S  # the deployed guard's (a bundle's starvation_h)
     dispatch: bool = False  # rank as the daemon's dispatch = true (RankingRules.dispatch)
+    # where the chooser keeps long jobs off slow nodes: from this limit (a bundle's long_limit_h)
+    long_limit_s: float = LONG_LIMIT_H * 3600
 
 
 @dataclass(frozen=True)
@@ -250,7 +253,8 @@ def training_actors(network: DualNetwork, gpu_speed: Mapping[str, float],
     """The deployed scheduler's shape (:func:`~slurm_rl.agents.dual.agent.build_scheduler`,
     the dual variant) with the training actors in its two roles."""
     builder = FeatureBuilder(gpu_speed)
-    chooser = make_chooser(config.chooser, gpu_speed, config.fee_weight)
+    chooser = make_chooser(config.chooser, gpu_speed, config.fee_weight,
+                           long_limit_s=config.long_limit_s)
     generator = CandidateGenerator(chooser, builder)
     placement = TrainingPlacement(network, builder, generator, config.mode, seed + 1,
                                   config.placement_teacher)

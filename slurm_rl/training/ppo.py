@@ -44,7 +44,7 @@ from torch import Tensor, nn
 
 from slurm_rl import __version__
 from slurm_rl.agents.dual.agent import network_config
-from slurm_rl.agents.dual.bundle import save_bundle
+from slurm_rl.agents.dual.bundle import LONG_LIMIT_H, save_bundle
 from slurm_rl.agents.dual.network import DualNetwork
 from slurm_rl.agents.starvation import STARVATION_H, guard_seconds
 from slurm_rl.errors import InputError
@@ -112,6 +112,9 @@ class Args:
     # the age guard the rollouts and validation rank under and the bundle ships with (its
     # meta's starvation_h): hours pending before a job goes first; 0 turns it off
     starvation_h: float = STARVATION_H
+    # the time limit, in hours, from which the chooser keeps a job off slow nodes (choosers
+    # with the long-job rule), in rollouts and validation; the bundle ships with it
+    long_limit_h: float = LONG_LIMIT_H
     max_jobs: int = 128  # candidate set size
     rank_k: int = 16  # ranked prefix that is the ordering action
     # behaviour cloning
@@ -159,7 +162,7 @@ def train(args: Args) -> Path:
     validator = Validator(world, args.validation_window, args.fee_weight, args.chooser,
                           args.workers, args.communicate,
                           args.validation_loads or args.loads, args.selection,
-                          starvation_h=args.starvation_h)
+                          starvation_h=args.starvation_h, long_limit_h=args.long_limit_h)
     curves = CurveLog(args.run_dir / args.exp_name, progress=args.progress)
 
     def validate(label: str) -> Checkpoint:
@@ -181,7 +184,7 @@ def train(args: Args) -> Path:
                             placement_teacher=args.placement_teacher,
                             ordering_teacher=args.ordering_teacher,
                             starvation_s=guard_seconds(args.starvation_h),
-                            dispatch=args.dispatch)
+                            dispatch=args.dispatch, long_limit_s=3600.0 * args.long_limit_h)
     total = args.bc_iterations + args.iterations
     curves.start(total * args.episodes_per_iteration)
 
@@ -219,6 +222,7 @@ def train(args: Args) -> Path:
         "chooser": args.chooser,
         "communicate": args.communicate,
         "starvation_h": args.starvation_h,
+        "long_limit_h": args.long_limit_h,
         "seed": args.seed,
         "training": {"trace": args.trace, "cluster": args.cluster, "mode": "slurm",
                      "train_window": args.train_window,

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from torch import Tensor
 
+from slurm_rl.agents.dual.bundle import LONG_LIMIT_H
 from slurm_rl.agents.dual.network import DualNetwork
 from slurm_rl.agents.starvation import STARVATION_H
 from slurm_rl.fairness import RankingRules
@@ -83,6 +84,7 @@ class Validator:
     loads: tuple[float, ...] = ()
     selection: Selection = "mean"
     starvation_h: float = STARVATION_H  # the age guard the checkpoints rank under (0: off)
+    long_limit_h: float = LONG_LIMIT_H  # the chooser's long-job rule's limit
     rows: list[dict[str, Any]] = field(default_factory=list)
     best: Checkpoint | None = None
     _scenarios: list[tuple[float | None, Scenario]] | None = None
@@ -105,7 +107,8 @@ class Validator:
         """Validates the current weights; returns the best checkpoint so far."""
         state = copy.deepcopy(network.state_dict())
         meta = {"fee_weight": self.fee_weight, "chooser": self.chooser,
-                "communicate": self.communicate, "starvation_h": self.starvation_h}
+                "communicate": self.communicate, "starvation_h": self.starvation_h,
+                "long_limit_h": self.long_limit_h}
         rules = RankingRules(dispatch=self.world.dispatch)
         specs = [PolicySpec("dual-agent", weights=state, network=network.config, meta=meta,
                             rules=rules)]

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from slurm_rl.cli.main import main
-from slurm_rl.cli.retrain import retrain_command
+from slurm_rl.cli.retrain import command_settings, retrain_command
 from slurm_rl.config import DaemonConfig
 from slurm_rl.retrain.schedule import (
     RETRAIN_JOB,
@@ -121,6 +121,28 @@ def test_the_scheduled_command_line_is_one_the_command_accepts(tmp_path: Path) -
         context = retrain_command.make_context("retrain", argv[3:])
     assert context.params["store_url"] == config.store
     assert context.params["base_bundle"] == tmp_path
+
+
+@pytest.mark.parametrize("dispatch", [True, False])
+def test_a_scheduled_retrain_fine_tunes_and_judges_in_the_daemon_s_world(
+        tmp_path: Path, dispatch: bool) -> None:
+    """The candidate is trained and gated as the daemon runs: its dispatch (episodes and gate
+    replays where only the policy starts jobs), its hold cap and its ranking rules, passed on
+    the scheduled command line (which reads no site file)."""
+    config = DaemonConfig(state_dir=tmp_path, cluster_name="c", mode="enforce",
+                          dispatch=dispatch, defer_cap_s=7200.0, fairness_max_wait_ratio=4.0,
+                          fairness_window_s=1800.0, fairness_min_wait_s=120.0,
+                          nice_per_rank=50, interval_s=7.0)
+    argv = retrain_argv(config)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(STORE_ENV, config.store)
+        params = retrain_command.make_context("retrain", argv[3:]).params
+    child, settings = command_settings(params.pop("config_path"), params.pop("store_url"),
+                                       params)
+    assert child.ranking_rules == config.ranking_rules and child.dispatch is dispatch
+    assert settings.gate.rules == config.ranking_rules
+    assert settings.gate.hold_cap_s == 7200.0 and settings.gate.cycle_s == 7.0
+    assert settings.finetune.dispatch is dispatch
 
 
 def _one_error_line(args: list[str]) -> str:

@@ -15,10 +15,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from slurm_rl.fairness import RankingRules
 from slurm_rl.paths import default_bundle_path
 from slurm_rl.retrain.calibrate import calibrate
 from slurm_rl.retrain.finetune import FinetuneSettings
-from slurm_rl.retrain.gate import GateSettings, PolicyRef, judge
+from slurm_rl.retrain.gate import GateSettings, PolicyRef, judge, logged_scenario, replay_metrics
 from slurm_rl.retrain.run import RetrainSettings, retrain
 from slurm_rl.retrain.window import load_window
 from slurm_rl.store import migrate
@@ -73,6 +74,22 @@ def test_the_gate_keeps_the_better_policy_both_ways(
     assert worse.candidate_jct_s > 1.3 * worse.current_jct_s and not worse.promote
     assert better.promote and better.improvement >= GATE.margin
     assert better.candidate_jct_s == worse.current_jct_s  # the same replays, deterministic
+
+
+def test_the_gate_judges_in_the_daemon_s_world(store: Store, tmp_path: Path) -> None:
+    """Both policies replay under the site's ranking rules and hold cap (GateSettings.rules,
+    hold_cap_s): with dispatch only the policy starts jobs, which changes the figures on this
+    window (fifo+best-fit 6,375 s without, 5,678 s with)."""
+    fill(store, 40, now=NOW)
+    window = load_window(store.engine, None, 1.0, NOW)
+    calibration = calibrate(window, tmp_path / "cal", repeats=2, seed=0)
+    fifo = PolicyRef("fifo+best-fit")
+    plain = judge(fifo, fifo, calibration, GATE)
+    world = replace(GATE, rules=RankingRules(dispatch=True), hold_cap_s=7200.0)
+    dispatched = judge(fifo, fifo, calibration, world)
+    assert dispatched.current_jct_s != plain.current_jct_s
+    alone = replay_metrics(fifo, logged_scenario(calibration, world), 1, world.rules)
+    assert dispatched.current_jct_s == alone["avg_jct_s"], (plain.line(), dispatched.line())
 
 
 def test_a_retrain_registers_judges_and_promotes_over_a_worse_active_version(
@@ -200,7 +217,8 @@ def test_a_faster_candidate_that_costs_more_than_the_tolerance_is_not_promoted(
 
     figures = {"candidate": (100.0, 120.0), "current": (200.0, 100.0)}  # JCT s, fees
 
-    def replayed(policy: PolicyRef, scenario: object, seeds: int) -> dict[str, object]:
+    def replayed(policy: PolicyRef, scenario: object, seeds: int,
+                 rules: object = None) -> dict[str, object]:
         jct, fees = figures[policy.name]
         return {"policy": policy.name, "avg_jct_s": jct, "total_fees": fees,
                 "unfinished_jobs": 0, "p99_wait_s": 600.0}
@@ -224,7 +242,8 @@ def test_a_faster_candidate_that_leaves_some_jobs_waiting_for_days_is_not_promot
 
     waits = {"candidate": 3 * 86400.0, "current": 4 * 3600.0}  # p99 queue wait, s
 
-    def replayed(policy: PolicyRef, scenario: object, seeds: int) -> dict[str, object]:
+    def replayed(policy: PolicyRef, scenario: object, seeds: int,
+                 rules: object = None) -> dict[str, object]:
         jct = 100.0 if policy.name == "candidate" else 200.0
         return {"policy": policy.name, "avg_jct_s": jct, "total_fees": 100.0,
                 "unfinished_jobs": 0, "p99_wait_s": waits[policy.name]}
