@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from slurm_rl.cli.train import evaluate_command
 from slurm_rl.paths import default_bundle_path
-from slurm_rl.training.evaluate import fresh_replay_state
+from slurm_rl.replay_pool import fresh_replay_state
 
 
 def tiny_trace(path: Path, jobs: int = 40) -> Path:

@@ -2,29 +2,25 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from slurm_rl.agents.registry import baseline_names, is_learned, make_scheduler, takes_fee_weight
 from slurm_rl.errors import InputError
 from slurm_rl.fairness import LONGEST_HOLD_S, RankingRules
 from slurm_rl.offered_load import load_points
+from slurm_rl.replay_pool import decision_tick, fresh_replay_state, pool_map
 from slurm_rl.replicas import print_means, replicas_json, write_reports
 from slurm_rl.report import as_json, print_table, write_report
 from slurm_rl.scenario import ReplayResult, Scenario, gpu_speed_table, replay
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
 from slurm_rl.simulator.engine import SimConfig
 from slurm_rl.simulator.slurm_emulation import SlurmScheduler
-from slurm_rl.training.evaluate import fresh_replay_state
 from slurm_rl.workloads import open_measured_workload
 
 _progress_counter: Any = None  # a shared counter of finished decision cycles, set per worker
@@ -224,42 +220,13 @@ def replay_all(
 def replay_tasks(
     tasks: Sequence[tuple[Scenario, PolicyRun]], workers: int | None, *, quiet: bool = False
 ) -> list[ReplayResult]:
-    """Each (scenario, policy) pair replayed in parallel processes, results in order; the
-    workers are spawned, as evaluate's are (torch and fork do not mix: a forked child can
-    inherit a lock held by one of the parent's OpenMP threads)."""
-    workers = min(len(tasks), workers or os.cpu_count() or 1)
-    context = multiprocessing.get_context("spawn")
-    counter = context.Value("q", 0)
-    with ProcessPoolExecutor(workers, context, _init_worker, (counter,)) as pool:
-        futures = [pool.submit(_replay_one, scenario, run) for scenario, run in tasks]
-        _show_progress(futures, counter, len(tasks), quiet)
-        return [future.result() for future in futures]
-
-
-def _init_worker(counter: Any) -> None:
-    global _progress_counter
-    _progress_counter = counter
-
-
-def _tick() -> None:
-    with _progress_counter.get_lock():
-        _progress_counter.value += 1
+    """Each (scenario, policy) pair replayed side by side (:mod:`slurm_rl.replay_pool`),
+    results in order."""
+    return pool_map(_replay_one, tasks, workers or os.cpu_count() or 1, progress=not quiet)
 
 
 def _replay_one(scenario: Scenario, run: PolicyRun) -> ReplayResult:
     fresh_replay_state()  # the same figures whichever worker ran what before
     scheduler = make_scheduler(run.name, gpu_speed_table(), seed=run.seed,
                                fee_weight=run.fee_weight, rules=run.rules)
-    return replay(scenario, scheduler, policy_id=run.name, on_cycle=_tick)
-
-
-def _show_progress(futures: list[Future[ReplayResult]], counter: Any, runs: int,
-                   quiet: bool) -> None:
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[done]}"),
-               TimeElapsedColumn())
-    with Progress(*columns, disable=quiet, transient=True) as progress:
-        task = progress.add_task(f"{runs} replays", total=runs, done="")
-        while not all(f.done() for f in futures):
-            finished = sum(f.done() for f in futures)
-            progress.update(task, completed=finished, done=f"{counter.value:,} decisions")
-            time.sleep(0.2)
+    return replay(scenario, scheduler, policy_id=run.name, on_cycle=decision_tick)

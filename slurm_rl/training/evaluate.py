@@ -21,20 +21,13 @@ also compares fees with each ordering's lowest-fee placement (cheap GPUs, much l
 from __future__ import annotations
 
 import json
-import multiprocessing
-import random
 import statistics
-import time
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import numpy as np
-import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import Tensor
 
 from slurm_rl.agents.dual.agent import Variant, build_scheduler, network_config
@@ -50,11 +43,11 @@ from slurm_rl.agents.names import (
 from slurm_rl.agents.registry import make_scheduler, with_rules
 from slurm_rl.errors import InputError
 from slurm_rl.fairness import RankingRules
+from slurm_rl.replay_pool import decision_tick, fresh_replay_state, pool_map
 from slurm_rl.report import write_report
 from slurm_rl.scenario import ReplayResult, Scenario, replay
 from slurm_rl.scheduler import Scheduler
 
-T = TypeVar("T")
 PLACEMENTS = tuple(baseline_placements())
 JCT_TARGET = 0.15
 HOUR = 3600.0
@@ -90,22 +83,10 @@ def make_policy(spec: PolicySpec) -> Scheduler:
     return with_rules(build_scheduler(bundle, speeds, variant=spec.variant), spec.rules)
 
 
-def fresh_replay_state(seed: int = 0) -> None:
-    """The process state every replay starts from, whatever ran before it in this process (a
-    pool worker runs several, in an order that depends on timing): one torch thread (a
-    parallel reduction adds its partial sums in an order that depends on the thread count)
-    and the global generators of torch, numpy and ``random`` seeded. No policy should draw from
-    those generators; one that did would otherwise depend on the replays before it."""
-    torch.set_num_threads(1)
-    torch.manual_seed(seed)
-    np.random.seed(seed)  # the legacy global generator, which np.random.* functions use
-    random.seed(seed)
-
-
 def replay_spec(scenario: Scenario, spec: PolicySpec) -> ReplayResult:
     """One policy on one scenario, from :func:`fresh_replay_state`."""
     fresh_replay_state()
-    return replay(scenario, make_policy(spec), policy_id=spec.label)
+    return replay(scenario, make_policy(spec), policy_id=spec.label, on_cycle=decision_tick)
 
 
 def replay_policies(scenario: Scenario, specs: Sequence[PolicySpec], workers: int, *,
@@ -122,32 +103,6 @@ def replay_replicas(scenarios: Sequence[Scenario], specs: Sequence[PolicySpec], 
     flat = pool_map(replay_spec, tasks, workers, progress=progress)
     n = len(specs)
     return [flat[i * n:(i + 1) * n] for i in range(len(scenarios))]
-
-
-def pool_map(function: Callable[[Scenario, PolicySpec], T],
-             tasks: Sequence[tuple[Scenario, PolicySpec]], workers: int, *,
-             progress: bool = False) -> list[T]:
-    """``function(scenario, spec)`` of every task, in task order: in this process with one
-    worker, else in spawned worker processes (torch and fork do not mix). ``function`` must
-    be a module-level function (it is pickled by name) that starts each replay from
-    :func:`fresh_replay_state`, so that results do not depend on which worker ran what."""
-    if workers <= 1:
-        return [function(scenario, spec) for scenario, spec in tasks]
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(min(workers, len(tasks)), context) as pool:
-        futures = [pool.submit(function, scenario, spec) for scenario, spec in tasks]
-        _wait(futures, progress)
-        return [f.result() for f in futures]
-
-
-def _wait(futures: Sequence[Future[Any]], progress: bool) -> None:
-    columns = (TextColumn("{task.description}"), BarColumn(),
-               TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
-    with Progress(*columns, disable=not progress, transient=True) as bar:
-        task = bar.add_task(f"{len(futures)} replays", total=len(futures))
-        while not all(f.done() for f in futures):
-            bar.update(task, completed=sum(f.done() for f in futures))
-            time.sleep(0.5)
 
 
 def evaluation_specs(bundle: str, *, placements: Sequence[str] = PLACEMENTS,

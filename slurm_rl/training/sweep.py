@@ -20,8 +20,9 @@ import numpy as np
 
 from slurm_rl.errors import InputError
 from slurm_rl.offered_load import LoadPoint, load_points
+from slurm_rl.replay_pool import pool_map
 from slurm_rl.scenario import Scenario
-from slurm_rl.training.evaluate import PolicySpec, pool_map, replay_spec
+from slurm_rl.training.evaluate import PolicySpec, replay_spec
 
 HOUR = 3600.0
 #: A load above this is no cluster anyone runs (the queue grows for ever): a typo, refused.
