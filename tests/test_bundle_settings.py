@@ -25,6 +25,7 @@ from slurm_rl.agents.dual.bundle import (
 from slurm_rl.agents.dual.features import FeatureBuilder
 from slurm_rl.agents.rwgp.placement import RwgpPlacement
 from slurm_rl.cli.main import main
+from slurm_rl.fairness import RankingRules
 from slurm_rl.paths import default_bundle_path
 from slurm_rl.retrain.finetune import FinetuneSettings, rollout_config
 
@@ -82,12 +83,13 @@ def test_a_site_moves_the_long_job_limit_above_its_default_time(bundle: Path) ->
 @pytest.mark.parametrize("dispatch", [False, True])
 def test_a_retrain_fine_tunes_with_the_deployed_settings(bundle: Path, dispatch: bool) -> None:
     """The fine-tuning rollouts place with the bundle's chooser and long-job limit, rank
-    under its age guard, and play the daemon's dispatch mode."""
+    under its age guard, and rank under the daemon's rules (dispatch included)."""
     changed = change_settings(bundle, SettingsChange(chooser="rwgp-long", starvation_h=0.0,
                                                      long_limit_h=72.0), "site")
-    config = rollout_config(changed, FinetuneSettings(dispatch=dispatch))
+    rules = RankingRules(max_wait_ratio=3.0, dispatch=dispatch)
+    config = rollout_config(changed, FinetuneSettings(rules=rules))
     assert (config.chooser, config.long_limit_s) == ("rwgp-long", 72 * 3600.0)
-    assert config.starvation_s is None and config.dispatch is dispatch
+    assert config.starvation_s is None and config.rules == rules
     assert config.fee_weight == changed.fee_weight
 
 

@@ -57,7 +57,8 @@ def episode(mode: str = "sample", reward: str = "job", seed: int = 0, prior: str
                      hold_cap_s=LONGEST_HOLD_S if dispatch else 3600.0)  # as the World holds
     config = RolloutConfig(fee_weight=0.1, chooser=chooser, mode=mode,  # type: ignore[arg-type]
                            max_jobs=8, rank_k=4, reward=reward,  # type: ignore[arg-type]
-                           placement_teacher=placement_teacher, dispatch=dispatch)
+                           placement_teacher=placement_teacher,
+                           rules=RankingRules(dispatch=dispatch))
     return run_episode(network, sim, SPEED, config, SPEC), [network, sim]
 
 
@@ -181,7 +182,7 @@ def test_a_rollout_decides_as_the_deployed_scheduler_on_the_same_snapshot(dispat
         snapshot = sim.next_snapshot()
     assert snapshot is not None
     config = RolloutConfig(fee_weight=0.1, chooser="rwgp-excluding", mode="greedy",
-                           max_ranked=5, dispatch=dispatch)
+                           max_ranked=5, rules=RankingRules(dispatch=dispatch))
     trained = training_actors(network, SPEED, config, seed=0).scheduler.decide(snapshot)
     bundle = Bundle(Path("unsaved"), network, {"chooser": "rwgp-excluding", "fee_weight": 0.1})
     deployed = with_rules(build_scheduler(bundle, SPEED, max_ranked=5, threads=None),

@@ -162,7 +162,7 @@ def settings_from(config: DaemonConfig, options: dict[str, object]) -> RetrainSe
         iterations=int(str(pick("iterations", config.retrain_iterations))),
         episodes_per_iteration=int(str(pick("episodes", config.retrain_episodes))),
         workers=int(str(options["workers"])), seed=int(str(options["seed"])),
-        dispatch=config.dispatch)
+        rules=config.ranking_rules)
     gate = GateSettings(
         margin=float(str(pick("margin", config.retrain_margin))),
         fee_tolerance=float(str(pick("fee_tolerance", config.retrain_fee_tolerance))),

@@ -5,7 +5,7 @@ candidate moves towards the logged workload without forgetting what it knew."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from slurm_rl.agents.dual.bundle import (
     load_bundle,
     save_bundle,
 )
+from slurm_rl.fairness import RankingRules
 from slurm_rl.retrain.calibrate import Calibration
 from slurm_rl.training.actors import RolloutConfig
 from slurm_rl.training.objectives import ReturnScaler
@@ -36,8 +37,9 @@ class FinetuneSettings:
     update_epochs: int = 4
     workers: int = 1
     seed: int = 0
-    # the daemon's dispatch: episodes are played as it runs (only the policy starts jobs)
-    dispatch: bool = False
+    # the daemon's ranking rules (DaemonConfig.ranking_rules): episodes rank as it does (with
+    # dispatch, only the policy starts jobs)
+    rules: RankingRules = field(default_factory=RankingRules)
 
 
 def episode_specs(calibration: Calibration, count: int, seed: int,
@@ -56,11 +58,11 @@ def episode_specs(calibration: Calibration, count: int, seed: int,
 
 def rollout_config(bundle: Bundle, settings: FinetuneSettings) -> RolloutConfig:
     """The rollouts rank as the bundle will once deployed: its λ, chooser, message, age guard
-    and long-job limit, in the daemon's dispatch mode."""
+    and long-job limit, under the daemon's ranking rules (dispatch included)."""
     args = Args()
     return RolloutConfig(bundle.fee_weight, bundle.chooser, "sample", args.max_jobs,
                          args.rank_k, communicate=bool(bundle.meta.get("communicate", True)),
-                         starvation_s=bundle.starvation_s, dispatch=settings.dispatch,
+                         starvation_s=bundle.starvation_s, rules=settings.rules,
                          long_limit_s=bundle.long_limit_s)
 
 
@@ -82,7 +84,7 @@ def finetune(base: Path, calibration: Calibration, output: Path,
     scaler = ReturnScaler(args.gamma)
     rollout = rollout_config(bundle, settings)
     world = WorldSpec(str(calibration.training_trace), str(calibration.cluster_spec),
-                      dispatch=settings.dispatch)
+                      dispatch=settings.rules.dispatch)
     rng = np.random.default_rng(settings.seed)
     curve: list[dict[str, float]] = []
     with RolloutPool(world, settings.workers) as pool:

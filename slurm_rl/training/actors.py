@@ -65,7 +65,9 @@ class RolloutConfig:
     placement_teacher: str = "fastest"  # what the warm start clones (PLACEMENT_TEACHERS)
     ordering_teacher: str = "qssf"  # the ranking the warm start clones (ORDERING_TEACHERS)
     starvation_s: float | None = STARVATION_S  # the deployed guard's (a bundle's starvation_h)
-    dispatch: bool = False  # rank as the daemon's dispatch = true (RankingRules.dispatch)
+    # the ranking step's rules, as the daemon's (its fairness guard, --nice weight and
+    # dispatch: with dispatch only the decisions start jobs)
+    rules: RankingRules = field(default_factory=RankingRules)
     # where the chooser keeps long jobs off slow nodes: from this limit (a bundle's long_limit_h)
     long_limit_s: float = LONG_LIMIT_H * 3600
 
@@ -262,7 +264,7 @@ def training_actors(network: DualNetwork, gpu_speed: Mapping[str, float],
     agent = OrderingAgent(network.ordering, builder, placement.messenger)
     ordering = SamplingOrdering(network, agent, config, seed)
     scheduler = Scheduler(ordering, placement, max_ranked=config.max_ranked,
-                          rules=RankingRules(dispatch=config.dispatch))
+                          rules=config.rules)
     return Actors(scheduler, ordering, placement)
 
 

@@ -34,7 +34,7 @@ import json
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from slurm_rl.agents.dual.bundle import LONG_LIMIT_H, save_bundle
 from slurm_rl.agents.dual.network import DualNetwork
 from slurm_rl.agents.starvation import STARVATION_H, guard_seconds
 from slurm_rl.errors import InputError
+from slurm_rl.fairness import RankingRules
 from slurm_rl.training.actors import RolloutConfig, Step, observation_tensors
 from slurm_rl.training.batch import StepBatch, collate_placements, collate_steps
 from slurm_rl.training.curves import CurveLog
@@ -184,13 +185,14 @@ def train(args: Args) -> Path:
                             placement_teacher=args.placement_teacher,
                             ordering_teacher=args.ordering_teacher,
                             starvation_s=guard_seconds(args.starvation_h),
-                            dispatch=args.dispatch, long_limit_s=3600.0 * args.long_limit_h)
+                            rules=RankingRules(dispatch=args.dispatch),
+                            long_limit_s=3600.0 * args.long_limit_h)
     total = args.bc_iterations + args.iterations
     curves.start(total * args.episodes_per_iteration)
 
     with pool:
         # ----- warm start: clone the teacher ------------------------------------------------
-        teacher = RolloutConfig(**{**asdict(rollout), "mode": "teacher"})
+        teacher = replace(rollout, mode="teacher")
         for iteration in range(1, args.bc_iterations + 1):
             specs = sampler.sample(rng, args.episodes_per_iteration, args.seed, iteration)
             episodes = pool.collect(network, teacher, specs, curves.episode_done)

@@ -32,7 +32,6 @@ from slurm_rl.agents.dual.network import DualNetwork
 from slurm_rl.agents.ordering_baselines import Qssf
 from slurm_rl.agents.placement_baselines import FastestGpuFirst
 from slurm_rl.core import ClusterSnapshot, Decision
-from slurm_rl.fairness import RankingRules
 from slurm_rl.loop import DecisionMaker, Observed, Recorder, run_loop
 from slurm_rl.scheduler import Scheduler
 from slurm_rl.simulator.engine import Simulation
@@ -148,7 +147,7 @@ def run_episode(network: DualNetwork, simulation: Simulation, gpu_speed: Mapping
     started = time.perf_counter()
     actors = training_actors(network, gpu_speed, config, spec.seed)
     teacher = Scheduler(Qssf(), FastestGpuFirst(gpu_speed),
-                        rules=RankingRules(dispatch=config.dispatch))
+                        rules=config.rules)
     snapshot = _phase(simulation, teacher, spec.start, Watcher(actors.scheduler))
     hours0, fees0 = cost_parts(simulation)
     recorder = StepRecorder(simulation, actors, config.fee_weight)

@@ -142,7 +142,7 @@ def test_a_scheduled_retrain_fine_tunes_and_judges_in_the_daemon_s_world(
     assert child.ranking_rules == config.ranking_rules and child.dispatch is dispatch
     assert settings.gate.rules == config.ranking_rules
     assert settings.gate.hold_cap_s == 7200.0 and settings.gate.cycle_s == 7.0
-    assert settings.finetune.dispatch is dispatch
+    assert settings.finetune.rules == config.ranking_rules
 
 
 def _one_error_line(args: list[str]) -> str:
