@@ -52,13 +52,14 @@ def decision_tick() -> None:
 
 def pool_map(function: Callable[[A, B], T], tasks: Sequence[tuple[A, B]], workers: int, *,
              progress: bool = False) -> list[T]:
-    """``function(*task)`` of every task, in task order: in this process with one worker and
-    no progress bar, else in up to ``workers`` spawned processes. ``function`` must be a
-    module-level function (it is pickled by name) that starts each replay from
-    :func:`fresh_replay_state` and may count its decisions with :func:`decision_tick`."""
+    """``function(*task)`` of every task, in task order: in this process with one worker (no
+    progress bar then; easy to profile), else in up to ``workers`` spawned processes.
+    ``function`` must be a module-level function (it is pickled by name) that starts each
+    replay from :func:`fresh_replay_state` and may count its decisions with
+    :func:`decision_tick`."""
     if not tasks:
         return []
-    if workers <= 1 and not progress:
+    if workers <= 1:
         return [function(*task) for task in tasks]
     context = multiprocessing.get_context("spawn")
     counter = context.Value("q", 0)

@@ -21,6 +21,7 @@ from slurm_rl.agents.dual.bundle import (
     SettingsChange,
     change_settings,
     load_bundle,
+    trained_dispatch,
 )
 from slurm_rl.agents.dual.features import FeatureBuilder
 from slurm_rl.agents.rwgp.placement import RwgpPlacement
@@ -28,6 +29,7 @@ from slurm_rl.cli.main import main
 from slurm_rl.fairness import RankingRules
 from slurm_rl.paths import default_bundle_path
 from slurm_rl.retrain.finetune import FinetuneSettings, rollout_config
+from slurm_rl.retrain.live_world import LiveWorld
 
 
 @pytest.fixture
@@ -87,10 +89,24 @@ def test_a_retrain_fine_tunes_with_the_deployed_settings(bundle: Path, dispatch:
     changed = change_settings(bundle, SettingsChange(chooser="rwgp-long", starvation_h=0.0,
                                                      long_limit_h=72.0), "site")
     rules = RankingRules(max_wait_ratio=3.0, dispatch=dispatch)
-    config = rollout_config(changed, FinetuneSettings(rules=rules))
+    world = LiveWorld(rules, cycle_s=7.0, defer_window_s=12.0, hold_cap_s=7200.0,
+                      one_gpu_type=False)
+    refit = {"raw_noise": -3.0}
+    config = rollout_config(changed, FinetuneSettings(world=world), refit)
     assert (config.chooser, config.long_limit_s) == ("rwgp-long", 72 * 3600.0)
     assert config.starvation_s is None and config.rules == rules
-    assert config.fee_weight == changed.fee_weight
+    assert config.fee_weight == changed.fee_weight and config.placement_gp == refit
+    spec = world.world_spec("trace.csv", "cluster.toml")  # the episodes' world
+    assert (spec.dispatch, spec.hold_cap_s, spec.cycle_s) == (dispatch, 7200.0, 7.0)
+    assert (spec.defer_window_s, spec.one_gpu_type) == (12.0, False)
+
+
+def test_a_retrained_bundle_says_the_dispatch_mode_it_was_fine_tuned_in(bundle: Path) -> None:
+    assert trained_dispatch(bundle) is True  # the shipped bundle: trained with dispatch
+    meta = json.loads((bundle / META_FILE).read_text())
+    meta["retrain"] = {"world": LiveWorld().describe()}  # fine-tuned without it
+    (bundle / META_FILE).write_text(json.dumps(meta))
+    assert trained_dispatch(bundle) is False
 
 
 @pytest.mark.parametrize(("change", "message"), [

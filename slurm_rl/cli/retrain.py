@@ -21,6 +21,7 @@ from slurm_rl.config import DaemonConfig, store_command_config
 from slurm_rl.errors import InputError, SlurmRLError
 from slurm_rl.live_policy import make_policy
 from slurm_rl.retrain.gate import GateSettings
+from slurm_rl.retrain.live_world import LiveWorld
 from slurm_rl.store.repository import require_store
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: ranking rules, dispatch and hold cap), by DaemonConfig field: the scheduled retrain passes
 #: them on its command line (:func:`slurm_rl.retrain.schedule.retrain_argv`).
 WORLD_FIELDS = ("dispatch", "defer_cap_s", "fairness_max_wait_ratio", "fairness_window_s",
-                "fairness_min_wait_s", "nice_per_rank")
+                "fairness_min_wait_s", "nice_per_rank", "allow_mixed_gpu_types")
 
 
 def world_options(command: F) -> F:
@@ -50,6 +51,10 @@ def world_options(command: F) -> F:
              "nice_per_rank (0: off)"))):
         command = click.option(flag, name, default=None, type=kind,
                                help=f"The daemon's {about} [the config's].")(command)
+    command = click.option(
+        "--allow-mixed-gpu-types/--one-gpu-type", "allow_mixed_gpu_types", default=None,
+        help="The daemon's allow_mixed_gpu_types: an untyped gang may span GPU types (or "
+             "stays on one) [the config's].")(command)
     return click.option(
         "--dispatch/--no-dispatch", "dispatch", default=None,
         help="Fine-tune and judge as a daemon with dispatch = true (or false) runs [the "
@@ -141,6 +146,10 @@ def command_settings(config_path: Path | None, store_url: str | None,
     """The site config the command acts on (its world options laid over it) and the
     retrain's settings."""
     world = {name: options.get(name) for name in WORLD_FIELDS}
+    if world["dispatch"]:
+        # the daemon's mode may come from its own command line, not the environment this
+        # inherits (SLURM_RL_MODE=advise would refuse dispatch); a retrain never acts
+        world["mode"] = "shadow"
     config = store_command_config(config_path, store_url, world)
     return config, settings_from(config, options)
 
@@ -158,19 +167,19 @@ def settings_from(config: DaemonConfig, options: dict[str, object]) -> RetrainSe
         path = options.get(name)
         if isinstance(path, Path) and not path.is_dir():
             raise InputError(f"--{name.replace('_', '-')}: no such bundle directory {path}")
+    world = LiveWorld(config.ranking_rules, cycle_s=float(str(pick("cycle_s", config.interval_s))),
+                      defer_window_s=float(str(pick("defer_window_s", config.defer_window_s))),
+                      hold_cap_s=config.defer_cap_s,
+                      one_gpu_type=not config.allow_mixed_gpu_types)
     finetune = FinetuneSettings(
         iterations=int(str(pick("iterations", config.retrain_iterations))),
         episodes_per_iteration=int(str(pick("episodes", config.retrain_episodes))),
-        workers=int(str(options["workers"])), seed=int(str(options["seed"])),
-        rules=config.ranking_rules)
+        workers=int(str(options["workers"])), seed=int(str(options["seed"])), world=world)
     gate = GateSettings(
         margin=float(str(pick("margin", config.retrain_margin))),
         fee_tolerance=float(str(pick("fee_tolerance", config.retrain_fee_tolerance))),
         wait_tolerance=float(str(pick("wait_tolerance", config.retrain_wait_tolerance))),
-        seeds=int(str(pick("gate_seeds", config.retrain_gate_seeds))),
-        cycle_s=float(str(pick("cycle_s", config.interval_s))),
-        defer_window_s=float(str(pick("defer_window_s", config.defer_window_s))),
-        rules=config.ranking_rules, hold_cap_s=config.defer_cap_s)
+        seeds=int(str(pick("gate_seeds", config.retrain_gate_seeds))), world=world)
     return replace(
         RetrainSettings(),
         window_days=float(str(pick("window_days", config.retrain_window_days))),

@@ -23,8 +23,6 @@ from slurm_rl.simulator.engine import SimConfig
 from slurm_rl.simulator.slurm_emulation import SlurmScheduler
 from slurm_rl.workloads import open_measured_workload
 
-_progress_counter: Any = None  # a shared counter of finished decision cycles, set per worker
-
 
 @dataclass(frozen=True)
 class PolicyRun:

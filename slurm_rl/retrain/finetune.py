@@ -5,6 +5,7 @@ candidate moves towards the logged workload without forgetting what it knew."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,11 +21,11 @@ from slurm_rl.agents.dual.bundle import (
     load_bundle,
     save_bundle,
 )
-from slurm_rl.fairness import RankingRules
 from slurm_rl.retrain.calibrate import Calibration
+from slurm_rl.retrain.live_world import LiveWorld
 from slurm_rl.training.actors import RolloutConfig
 from slurm_rl.training.objectives import ReturnScaler
-from slurm_rl.training.pool import RolloutPool, WorldSpec
+from slurm_rl.training.pool import RolloutPool
 from slurm_rl.training.ppo import Args, _rewards, ppo_update
 from slurm_rl.training.rollout import EpisodeSpec
 
@@ -37,9 +38,7 @@ class FinetuneSettings:
     update_epochs: int = 4
     workers: int = 1
     seed: int = 0
-    # the daemon's ranking rules (DaemonConfig.ranking_rules): episodes rank as it does (with
-    # dispatch, only the policy starts jobs)
-    rules: RankingRules = field(default_factory=RankingRules)
+    world: LiveWorld = field(default_factory=LiveWorld)  # the daemon's: episodes happen there
 
 
 def episode_specs(calibration: Calibration, count: int, seed: int,
@@ -56,14 +55,16 @@ def episode_specs(calibration: Calibration, count: int, seed: int,
     return specs
 
 
-def rollout_config(bundle: Bundle, settings: FinetuneSettings) -> RolloutConfig:
-    """The rollouts rank as the bundle will once deployed: its λ, chooser, message, age guard
-    and long-job limit, under the daemon's ranking rules (dispatch included)."""
+def rollout_config(bundle: Bundle, settings: FinetuneSettings,
+                   placement_gp: Mapping[str, Any] | None = None) -> RolloutConfig:
+    """The rollouts act as the candidate will once deployed: the bundle's λ, chooser (from
+    the GP hyperparameters the candidate ships with), message, age guard and long-job limit,
+    ranking under the daemon's rules (dispatch included)."""
     args = Args()
     return RolloutConfig(bundle.fee_weight, bundle.chooser, "sample", args.max_jobs,
                          args.rank_k, communicate=bool(bundle.meta.get("communicate", True)),
-                         starvation_s=bundle.starvation_s, rules=settings.rules,
-                         long_limit_s=bundle.long_limit_s)
+                         starvation_s=bundle.starvation_s, rules=settings.world.rules,
+                         long_limit_s=bundle.long_limit_s, placement_gp=placement_gp)
 
 
 def finetune(base: Path, calibration: Calibration, output: Path,
@@ -82,9 +83,9 @@ def finetune(base: Path, calibration: Calibration, output: Path,
                    fee_weight=bundle.fee_weight, chooser=bundle.chooser)
     optimizer = torch.optim.Adam(network.parameters(), lr=settings.learning_rate, eps=1e-5)
     scaler = ReturnScaler(args.gamma)
-    rollout = rollout_config(bundle, settings)
-    world = WorldSpec(str(calibration.training_trace), str(calibration.cluster_spec),
-                      dispatch=settings.rules.dispatch)
+    rollout = rollout_config(bundle, settings, placement_gp)
+    world = settings.world.world_spec(str(calibration.training_trace),
+                                      str(calibration.cluster_spec))
     rng = np.random.default_rng(settings.seed)
     curve: list[dict[str, float]] = []
     with RolloutPool(world, settings.workers) as pool:
@@ -106,7 +107,7 @@ def finetune(base: Path, calibration: Calibration, output: Path,
                         "the store)",
         "fine_tuned_from": str(base),
         "package_version": __version__,
-        "retrain": {**extra_meta, "curve": curve,
+        "retrain": {**extra_meta, "world": settings.world.describe(), "curve": curve,
                     "wall_s": round(time.perf_counter() - started, 1)},
     }
     if placement_gp is not None:

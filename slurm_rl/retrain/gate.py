@@ -10,9 +10,8 @@ docs/training.md "Session 15").
 
 Both replays see the same jobs, cluster, machine fluctuation and seeds; the mean is taken
 over ``seeds`` replays (machine fluctuation differs by seed), so one lucky draw does not
-promote a policy. Both rank as the daemon does: under the site's ranking rules (its fairness
-guard, ``--nice`` weight and ``dispatch``) with holds ending at its ``defer_cap_s``, so a
-policy is judged in the world it will run in.
+promote a policy. Both replay in the daemon's world (:mod:`.live_world`: its ranking rules,
+pace, holds and GPU-type rule), so a policy is judged where it will run.
 """
 
 from __future__ import annotations
@@ -27,9 +26,9 @@ import numpy as np
 from slurm_rl.fairness import RankingRules
 from slurm_rl.live_policy import make_policy
 from slurm_rl.retrain.calibrate import Calibration
+from slurm_rl.retrain.live_world import LiveWorld
 from slurm_rl.scenario import ReplayResult, Scenario, replay
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
-from slurm_rl.simulator.engine import SimConfig
 from slurm_rl.workloads import open_workload
 
 
@@ -52,12 +51,7 @@ class GateSettings:
     wait_tolerance: float = 0.5
     wait_slack_s: float = 3600.0
     seeds: int = 3
-    cycle_s: float = 5.0  # the daemon's interval: decisions happen as often as live
-    defer_window_s: float = 10.0
-    # the daemon's world: its ranking rules (DaemonConfig.ranking_rules) and the longest a
-    # job is held back (its defer_cap_s)
-    rules: RankingRules = field(default_factory=RankingRules)
-    hold_cap_s: float = SimConfig.hold_cap_s
+    world: LiveWorld = field(default_factory=LiveWorld)  # the daemon's: replays happen there
 
 
 @dataclass(frozen=True)
@@ -144,16 +138,14 @@ def _p99_wait(result: ReplayResult) -> float:
 def logged_scenario(calibration: Calibration, settings: GateSettings) -> Scenario:
     spec = load_cluster_spec(calibration.cluster_spec)
     trace = open_workload(str(calibration.replay_trace))
-    sim = SimConfig(mode="slurm", cycle_s=settings.cycle_s,
-                    defer_window_s=settings.defer_window_s, hold_cap_s=settings.hold_cap_s)
-    return Scenario(spec, trace, sim)
+    return Scenario(spec, trace, settings.world.sim_config())
 
 
 def judge(candidate: PolicyRef, current: PolicyRef, calibration: Calibration,
           settings: GateSettings) -> Verdict:
     scenario = logged_scenario(calibration, settings)
-    ours = replay_metrics(candidate, scenario, settings.seeds, settings.rules)
-    theirs = replay_metrics(current, scenario, settings.seeds, settings.rules)
+    ours = replay_metrics(candidate, scenario, settings.seeds, settings.world.rules)
+    theirs = replay_metrics(current, scenario, settings.seeds, settings.world.rules)
     cand, cur = float(ours["avg_jct_s"]), float(theirs["avg_jct_s"])
     improvement = (cur - cand) / cur if cur > 0 else 0.0
     finished = ours["unfinished_jobs"] <= theirs["unfinished_jobs"]

@@ -56,7 +56,8 @@ def retrain_argv(config: DaemonConfig) -> list[str]:
             "--fairness-max-wait-ratio", repr(config.fairness_max_wait_ratio),
             "--fairness-window", repr(config.fairness_window_s),
             "--fairness-min-wait", repr(config.fairness_min_wait_s),
-            "--nice-per-rank", str(config.nice_per_rank)]
+            "--nice-per-rank", str(config.nice_per_rank),
+            "--allow-mixed-gpu-types" if config.allow_mixed_gpu_types else "--one-gpu-type"]
     if config.cluster_name:
         argv += ["--cluster", config.cluster_name]
     if config.policy_bundle is not None:

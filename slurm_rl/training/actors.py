@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -70,6 +70,8 @@ class RolloutConfig:
     rules: RankingRules = field(default_factory=RankingRules)
     # where the chooser keeps long jobs off slow nodes: from this limit (a bundle's long_limit_h)
     long_limit_s: float = LONG_LIMIT_H * 3600
+    # the chooser's GP hyperparameters (a retrain's refit: the candidate ships with them)
+    placement_gp: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -255,7 +257,7 @@ def training_actors(network: DualNetwork, gpu_speed: Mapping[str, float],
     """The deployed scheduler's shape (:func:`~slurm_rl.agents.dual.agent.build_scheduler`,
     the dual variant) with the training actors in its two roles."""
     builder = FeatureBuilder(gpu_speed)
-    chooser = make_chooser(config.chooser, gpu_speed, config.fee_weight,
+    chooser = make_chooser(config.chooser, gpu_speed, config.fee_weight, config.placement_gp,
                            long_limit_s=config.long_limit_s)
     generator = CandidateGenerator(chooser, builder)
     placement = TrainingPlacement(network, builder, generator, config.mode, seed + 1,

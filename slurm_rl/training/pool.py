@@ -65,9 +65,16 @@ class WorldSpec:
     loads: tuple[float, ...] = ()
     load_window: str | None = None
     load_basis: LoadBasis = "window"
+    # a daemon's world (a retrain's episodes): its hold cap (defer_cap_s; None: by dispatch),
+    # deferral window and one-GPU-type rule (not allow_mixed_gpu_types)
+    hold_cap: float | None = None
+    defer_window_s: float = SimConfig.defer_window_s
+    one_gpu_type: bool = True
 
     @property
     def hold_cap_s(self) -> float:
+        if self.hold_cap is not None:
+            return self.hold_cap
         return LONGEST_HOLD_S if self.dispatch else SimConfig.hold_cap_s
 
 
@@ -80,6 +87,8 @@ class World:
     hold_cap_s: float = SimConfig.hold_cap_s
     scaled: Mapping[float, ClusterSpec] = field(default_factory=dict)  # by offered load
     load_basis: LoadBasis = "window"
+    defer_window_s: float = SimConfig.defer_window_s
+    one_gpu_type: bool = True
 
     @classmethod
     def load(cls, world: WorldSpec) -> World:
@@ -88,12 +97,13 @@ class World:
         trace, spec = open_workload(world.trace), load_cluster_spec(world.cluster)
         scaled = scaled_specs(trace, spec, world) if world.load_basis == "window" else {}
         return cls(trace, spec, gpu_speed_table(), world.cycle_s, world.hold_cap_s, scaled,
-                   world.load_basis)
+                   world.load_basis, world.defer_window_s, world.one_gpu_type)
 
     def scenario(self, spec: EpisodeSpec) -> Scenario:
         jobs = window(self.trace, spec.warmup_start, spec.end)
         config = SimConfig(mode="slurm", cycle_s=self.cycle_s, seed=spec.seed,
-                           hold_cap_s=self.hold_cap_s)
+                           hold_cap_s=self.hold_cap_s, defer_window_s=self.defer_window_s,
+                           one_gpu_type=self.one_gpu_type)
         if spec.load is not None and self.load_basis == "episode":
             own = load_points(Scenario(self.spec, jobs, config), (spec.load,))[0]
             return own.scenario

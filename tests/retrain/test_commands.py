@@ -132,17 +132,21 @@ def test_a_scheduled_retrain_fine_tunes_and_judges_in_the_daemon_s_world(
     config = DaemonConfig(state_dir=tmp_path, cluster_name="c", mode="enforce",
                           dispatch=dispatch, defer_cap_s=7200.0, fairness_max_wait_ratio=4.0,
                           fairness_window_s=1800.0, fairness_min_wait_s=120.0,
-                          nice_per_rank=50, interval_s=7.0)
+                          nice_per_rank=50, interval_s=7.0, defer_window_s=12,
+                          allow_mixed_gpu_types=dispatch)
     argv = retrain_argv(config)
     with pytest.MonkeyPatch.context() as env:
         env.setenv(STORE_ENV, config.store)
+        # the daemon's own --mode enforce is not in the environment the child inherits
+        env.setenv("SLURM_RL_MODE", "advise")
         params = retrain_command.make_context("retrain", argv[3:]).params
-    child, settings = command_settings(params.pop("config_path"), params.pop("store_url"),
-                                       params)
+        child, settings = command_settings(params.pop("config_path"),
+                                           params.pop("store_url"), params)
     assert child.ranking_rules == config.ranking_rules and child.dispatch is dispatch
-    assert settings.gate.rules == config.ranking_rules
-    assert settings.gate.hold_cap_s == 7200.0 and settings.gate.cycle_s == 7.0
-    assert settings.finetune.rules == config.ranking_rules
+    world = settings.gate.world
+    assert world == settings.finetune.world and world.rules == config.ranking_rules
+    assert (world.hold_cap_s, world.cycle_s, world.defer_window_s) == (7200.0, 7.0, 12.0)
+    assert world.one_gpu_type is not dispatch
 
 
 def _one_error_line(args: list[str]) -> str:

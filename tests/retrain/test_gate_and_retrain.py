@@ -19,7 +19,8 @@ from slurm_rl.fairness import RankingRules
 from slurm_rl.paths import default_bundle_path
 from slurm_rl.retrain.calibrate import calibrate
 from slurm_rl.retrain.finetune import FinetuneSettings
-from slurm_rl.retrain.gate import GateSettings, PolicyRef, judge, logged_scenario, replay_metrics
+from slurm_rl.retrain.gate import GateSettings, PolicyRef, judge
+from slurm_rl.retrain.live_world import LiveWorld
 from slurm_rl.retrain.run import RetrainSettings, retrain
 from slurm_rl.retrain.window import load_window
 from slurm_rl.store import migrate
@@ -30,7 +31,7 @@ from slurm_rl.store.repository import Store, make_engine
 from tests.retrain.logged import NEGATABLE_BUNDLE, damaged_bundle, fill
 
 NOW = 1_800_000_000.0
-GATE = GateSettings(margin=0.05, seeds=1, cycle_s=5.0, defer_window_s=10.0)
+GATE = GateSettings(margin=0.05, seeds=1, world=LiveWorld(cycle_s=5.0, defer_window_s=10.0))
 
 
 def tiny(tmp_path: Path, **values: object) -> RetrainSettings:
@@ -77,19 +78,19 @@ def test_the_gate_keeps_the_better_policy_both_ways(
 
 
 def test_the_gate_judges_in_the_daemon_s_world(store: Store, tmp_path: Path) -> None:
-    """Both policies replay under the site's ranking rules and hold cap (GateSettings.rules,
-    hold_cap_s): with dispatch only the policy starts jobs, which changes the figures on this
-    window (fifo+best-fit 6,375 s without, 5,678 s with)."""
+    """Both policies replay in the daemon's world (GateSettings.world): with dispatch only
+    the policy starts jobs until a hold reaches the cap, which changes the figures on this
+    window (fifo+best-fit 6,375 s without; with a 2-hour cap 5,678 s; with the default
+    600 s cap the holds end first and the figures are as without)."""
     fill(store, 40, now=NOW)
     window = load_window(store.engine, None, 1.0, NOW)
     calibration = calibrate(window, tmp_path / "cal", repeats=2, seed=0)
     fifo = PolicyRef("fifo+best-fit")
-    plain = judge(fifo, fifo, calibration, GATE)
-    world = replace(GATE, rules=RankingRules(dispatch=True), hold_cap_s=7200.0)
-    dispatched = judge(fifo, fifo, calibration, world)
-    assert dispatched.current_jct_s != plain.current_jct_s
-    alone = replay_metrics(fifo, logged_scenario(calibration, world), 1, world.rules)
-    assert dispatched.current_jct_s == alone["avg_jct_s"], (plain.line(), dispatched.line())
+    dispatch = RankingRules(dispatch=True)
+    figures = [round(judge(fifo, fifo, calibration, replace(GATE, world=world)).current_jct_s)
+               for world in (GATE.world, replace(GATE.world, rules=dispatch),
+                             replace(GATE.world, rules=dispatch, hold_cap_s=7200.0))]
+    assert figures == [6375, 6375, 5678]
 
 
 def test_a_retrain_registers_judges_and_promotes_over_a_worse_active_version(
@@ -113,6 +114,7 @@ def test_a_retrain_registers_judges_and_promotes_over_a_worse_active_version(
         assert row is not None and row.meta is not None and row.weights
         assert row.meta["fine_tuned_from"] == str(base)
         assert row.meta["starvation_h"] == 0  # the base's deployed guard, kept
+        assert row.meta["retrain"]["world"] == GATE.world.describe()  # type: ignore[index]
         refit = row.meta["placement_gp"]  # the chooser starts from the site's GP
         assert isinstance(refit, dict) and "raw_noise" in refit
         assert len(row.meta["retrain"]["curve"]) == 1  # type: ignore[index, arg-type]

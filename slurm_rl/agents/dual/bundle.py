@@ -284,9 +284,16 @@ def _first_line(error: BaseException) -> str:
 
 
 def trained_dispatch(directory: Path | str) -> bool | None:
-    """Whether the bundle was trained in dispatch mode (``slurm-rl train --dispatch``); None
-    when its meta does not say (a bundle not written by ``slurm-rl train``)."""
-    training = _read_meta(Path(directory)).get("training")
+    """Whether the bundle was last trained in dispatch mode: a retrain's fine-tuning world
+    (meta ``retrain.world``), else ``slurm-rl train --dispatch``; None when its meta does
+    not say."""
+    meta = _read_meta(Path(directory))
+    retrain = meta.get("retrain")
+    world = retrain.get("world") if isinstance(retrain, dict) else None
+    found = world.get("dispatch") if isinstance(world, dict) else None
+    if isinstance(found, bool):
+        return found
+    training = meta.get("training")
     args = training.get("args") if isinstance(training, dict) else None
     found = args.get("dispatch") if isinstance(args, dict) else None
     return found if isinstance(found, bool) else None

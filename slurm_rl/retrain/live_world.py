@@ -1,0 +1,56 @@
+"""The world a daemon runs its policy in, as a retrain plays it: the fine-tuning episodes and
+the gate's replays both happen there, so a candidate is trained and judged where it will act.
+
+A policy meets other queues under other rules: with ``dispatch = true`` only it starts jobs,
+until a hold reaches ``defer_cap_s``; the fairness guard and ``--nice`` re-rank what it
+ranks; an untyped gang stays on one GPU type unless ``allow_mixed_gpu_types``. On the
+tests' logged window fifo+best-fit's mean JCT is 6,375 s without dispatch and 5,678 s with
+it and a 2-hour hold cap (at the default 600 s cap, holds end before the queue drains and
+the figures are as without dispatch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from slurm_rl.fairness import RankingRules
+from slurm_rl.simulator.engine import SimConfig
+
+if TYPE_CHECKING:
+    from slurm_rl.training.pool import WorldSpec
+
+DEFAULT_DEFER_CAP_S = 600.0  # DaemonConfig.defer_cap_s's default
+
+
+@dataclass(frozen=True)
+class LiveWorld:
+    """A daemon's settings that shape the world (``DaemonConfig``: ``ranking_rules``,
+    ``interval_s``, ``defer_window_s``, ``defer_cap_s``, ``allow_mixed_gpu_types``)."""
+
+    rules: RankingRules = field(default_factory=RankingRules)
+    cycle_s: float = 5.0  # the daemon's interval: decisions happen as often as live
+    defer_window_s: float = 10.0
+    hold_cap_s: float = DEFAULT_DEFER_CAP_S
+    one_gpu_type: bool = True
+
+    def sim_config(self) -> SimConfig:
+        """The gate's replays: Slurm mode at the daemon's pace, holds and type rule."""
+        return SimConfig(mode="slurm", cycle_s=self.cycle_s, defer_window_s=self.defer_window_s,
+                         hold_cap_s=self.hold_cap_s, one_gpu_type=self.one_gpu_type)
+
+    def world_spec(self, trace: str, cluster: str) -> WorldSpec:
+        """The fine-tuning episodes' world, the same as :meth:`sim_config`'s."""
+        from slurm_rl.training.pool import WorldSpec  # lazy: imports torch
+
+        return WorldSpec(trace, cluster, cycle_s=self.cycle_s, dispatch=self.rules.dispatch,
+                         hold_cap=self.hold_cap_s, defer_window_s=self.defer_window_s,
+                         one_gpu_type=self.one_gpu_type)
+
+    def describe(self) -> dict[str, object]:
+        """For a candidate's meta.json: the world it was fine-tuned in."""
+        rules = self.rules
+        return {"dispatch": rules.dispatch, "fairness_max_wait_ratio": rules.max_wait_ratio,
+                "nice_per_rank": rules.nice_per_rank, "cycle_s": self.cycle_s,
+                "defer_window_s": self.defer_window_s, "hold_cap_s": self.hold_cap_s,
+                "one_gpu_type": self.one_gpu_type}
