@@ -167,10 +167,8 @@ def settings_from(config: DaemonConfig, options: dict[str, object]) -> RetrainSe
         path = options.get(name)
         if isinstance(path, Path) and not path.is_dir():
             raise InputError(f"--{name.replace('_', '-')}: no such bundle directory {path}")
-    world = LiveWorld(config.ranking_rules, cycle_s=float(str(pick("cycle_s", config.interval_s))),
-                      defer_window_s=float(str(pick("defer_window_s", config.defer_window_s))),
-                      hold_cap_s=config.defer_cap_s,
-                      one_gpu_type=not config.allow_mixed_gpu_types)
+    world = LiveWorld.of(config, float(str(pick("cycle_s", config.interval_s))),
+                         float(str(pick("defer_window_s", config.defer_window_s))))
     finetune = FinetuneSettings(
         iterations=int(str(pick("iterations", config.retrain_iterations))),
         episodes_per_iteration=int(str(pick("episodes", config.retrain_episodes))),

@@ -11,28 +11,39 @@ the figures are as without dispatch).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from slurm_rl.config import DaemonConfig
 from slurm_rl.fairness import RankingRules
 from slurm_rl.simulator.engine import SimConfig
 
 if TYPE_CHECKING:
     from slurm_rl.training.pool import WorldSpec
 
-DEFAULT_DEFER_CAP_S = 600.0  # DaemonConfig.defer_cap_s's default
+_DAEMON = DaemonConfig.model_fields  # the defaults below are the daemon's
 
 
 @dataclass(frozen=True)
 class LiveWorld:
-    """A daemon's settings that shape the world (``DaemonConfig``: ``ranking_rules``,
-    ``interval_s``, ``defer_window_s``, ``defer_cap_s``, ``allow_mixed_gpu_types``)."""
+    """A daemon's settings that shape the world (:meth:`of`)."""
 
     rules: RankingRules = field(default_factory=RankingRules)
-    cycle_s: float = 5.0  # the daemon's interval: decisions happen as often as live
-    defer_window_s: float = 10.0
-    hold_cap_s: float = DEFAULT_DEFER_CAP_S
-    one_gpu_type: bool = True
+    cycle_s: float = float(_DAEMON["interval_s"].default)  # decisions as often as live
+    defer_window_s: float = float(_DAEMON["defer_window_s"].default)
+    hold_cap_s: float = float(_DAEMON["defer_cap_s"].default)
+    one_gpu_type: bool = not _DAEMON["allow_mixed_gpu_types"].default
+
+    @classmethod
+    def of(cls, config: DaemonConfig, cycle_s: float | None = None,
+           defer_window_s: float | None = None) -> LiveWorld:
+        """The world of a daemon run with ``config`` (its ranking rules, interval, deferral
+        window, ``defer_cap_s`` and ``allow_mixed_gpu_types``); a replay may decide at
+        another pace or deferral window (``slurm-rl retrain --cycle``, ``--defer-window``)."""
+        return cls(config.ranking_rules,
+                   config.interval_s if cycle_s is None else cycle_s,
+                   config.defer_window_s if defer_window_s is None else defer_window_s,
+                   config.defer_cap_s, not config.allow_mixed_gpu_types)
 
     def sim_config(self) -> SimConfig:
         """The gate's replays: Slurm mode at the daemon's pace, holds and type rule."""
@@ -49,8 +60,6 @@ class LiveWorld:
 
     def describe(self) -> dict[str, object]:
         """For a candidate's meta.json: the world it was fine-tuned in."""
-        rules = self.rules
-        return {"dispatch": rules.dispatch, "fairness_max_wait_ratio": rules.max_wait_ratio,
-                "nice_per_rank": rules.nice_per_rank, "cycle_s": self.cycle_s,
+        return {**asdict(self.rules), "cycle_s": self.cycle_s,
                 "defer_window_s": self.defer_window_s, "hold_cap_s": self.hold_cap_s,
                 "one_gpu_type": self.one_gpu_type}
