@@ -1,6 +1,7 @@
-"""The backfill plan's shortcuts (slurm_rl/simulator/backfill.py) against the slow ways they
-replace, on random inputs: the golden schedules prove them on replays, these on the corners
-(empty maps, no candidate nodes, one-row windows, per-node needs of a pin, mixed shares)."""
+"""The backfill plan's shortcuts (slurm_rl/simulator/backfill.py) and its compiled scans
+(map_scan.py) against the slow ways they replace, on random inputs: the golden schedules
+prove them on replays, these on the corners (empty maps, no candidate nodes, one-row
+windows, unlimited jobs, per-node needs of a pin, mixed shares)."""
 
 from __future__ import annotations
 
@@ -10,36 +11,68 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from slurm_rl.agents.nodesets import place_in_order
+from slurm_rl.agents.nodesets import fixed_shape, place_in_order
 from slurm_rl.core import Cluster, Job, Node, Placement
-from slurm_rl.simulator import backfill
-from slurm_rl.simulator.backfill import FreeMap, _nodes_lasting, earliest
+from slurm_rl.simulator import backfill, map_scan
+from slurm_rl.simulator.backfill import FreeMap, earliest
 from slurm_rl.simulator.slurm_emulation import QueuedJob, RunningShape, schedule_pass
 
 
-def _by_hand(held: np.ndarray, ends: np.ndarray, least: np.ndarray) -> list[int]:
-    rows, columns = held.shape
-    return [sum(all(held[r, c] >= least[c] for r in range(k, int(ends[k])))
-                for c in range(columns)) for k in range(rows)]
+def _lasting_by_hand(held: np.ndarray, times: np.ndarray, k: int, limit: float,
+                     column: int, least: int) -> bool:
+    """Whether the column holds ``least`` GPUs in every row that starts before
+    ``times[k] + limit`` (row ``k`` at least), row by row."""
+    rows = [r for r in range(k, len(times)) if r == k or times[r] < times[k] + limit]
+    return all(held[r, column] >= least for r in rows)
 
 
-def test_nodes_lasting_counts_the_nodes_free_throughout_each_window() -> None:
+def _random_map(rng: np.random.Generator, columns: int) -> tuple[np.ndarray, np.ndarray]:
+    rows = int(rng.integers(0, 25))
+    times = np.cumsum(rng.integers(1, 6, size=rows)).astype(np.float64)
+    return rng.integers(0, 5, size=(rows, columns)).astype(np.int64), times
+
+
+def test_first_passing_row_is_the_first_row_whose_window_meets_every_group() -> None:
     rng = np.random.default_rng(21)
     for _ in range(500):
-        rows, columns = int(rng.integers(0, 25)), int(rng.integers(0, 6))
-        held = rng.integers(0, 5, size=(rows, columns))
-        # a job's windows: each starts at its row, ends after it, and never ends earlier
-        # than the window before
-        ends = np.maximum.accumulate(np.maximum(rng.integers(0, rows + 1, size=rows),
-                                                np.arange(1, rows + 1)))
-        if rng.random() < 0.5:  # one need for every node (a share's GPUs)
-            share = int(rng.integers(0, 5))
-            got = _nodes_lasting(held, ends, share)
-            assert got.tolist() == _by_hand(held, ends, np.full(columns, share))
-        else:  # one need per node (a pin's GPUs)
-            least = rng.integers(0, 5, size=columns)
-            got = _nodes_lasting(held, ends, least)
-            assert got.tolist() == _by_hand(held, ends, least)
+        columns = int(rng.integers(0, 6))
+        held, times = _random_map(rng, columns)
+        limit = math.inf if rng.random() < 0.1 else float(rng.integers(0, 15))
+        if rng.random() < 0.5:  # share sizes over the same columns (a fixed shape)
+            members = [int(c) for c in range(columns) if rng.random() < 0.8]
+            groups = [(int(rng.integers(1, 5)), int(rng.integers(0, len(members) + 2)),
+                       members) for _ in range(int(rng.integers(1, 3)))]
+        else:  # one group per node (a pin)
+            groups = [(int(rng.integers(0, 5)), 1, [c]) for c in range(columns)]
+        start = int(rng.integers(0, len(times) + 1))
+        expected = next((k for k in range(start, len(times)) if all(
+            sum(_lasting_by_hand(held, times, k, limit, c, least) for c in members) >= count
+            for least, count, members in groups)), None)
+        assert map_scan.first_passing_row(held, times, len(times), start, limit,
+                                          map_scan.Needs(groups)) == expected
+
+
+def test_first_fit_is_place_in_order_on_the_window() -> None:
+    rng = np.random.default_rng(13)
+    cluster = Cluster("mixed", tuple(Node(f"n{i}", ("a100", "v100")[i % 2], 8)
+                                     for i in range(6)))
+    for _ in range(500):
+        held, times = _random_map(rng, 6)
+        if not len(times):
+            continue
+        job = _random_job(rng)
+        if job.num_nodes is None and job.gpus_per_node is None:
+            continue  # a free shape stays with place_in_order
+        k = int(rng.integers(0, len(times)))
+        end = int(rng.integers(k + 1, len(times) + 1))
+        order = [int(i) for i in rng.permutation(6) if rng.random() < 0.8]
+        typed = [i for i in order if not job.gpu_type or cluster.nodes[i].gpu_type == job.gpu_type]
+        chosen = map_scan.first_fit(held, k, end, np.asarray(typed, dtype=np.int64),
+                                    fixed_shape(job))
+        expected = place_in_order(job, cluster, held[k:end].min(axis=0).tolist(), order)
+        got = None if chosen is None else Placement(
+            tuple(cluster.nodes[i].name for i in chosen), fixed_shape(job))
+        assert got == expected
 
 
 def _walked(job: Job, pin: Placement | None, order: list[int], free: FreeMap,

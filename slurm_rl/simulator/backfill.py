@@ -25,6 +25,7 @@ import numpy as np
 
 from slurm_rl.agents.nodesets import fixed_shape, place_in_order
 from slurm_rl.core import Cluster, Job, Placement
+from slurm_rl.simulator.map_scan import Needs, first_fit, first_passing_row, window_end
 
 NO_LIMIT = math.inf
 OVERDUE_S = 1.0
@@ -59,7 +60,8 @@ class FreeMap:
         # a release frees its GPUs from its row on: every row is the running sum of steps
         self._buffer = np.empty((2 * len(self.times) + 16, len(free)), dtype=np.int64)
         np.cumsum(steps, axis=0, out=self._buffer[:len(self.times)])
-        self._times_array: np.ndarray | None = None
+        self._times_buffer = np.empty(len(self._buffer), dtype=np.float64)  # times, as rows
+        self._times_buffer[:len(self.times)] = self.times
 
     @property
     def rows(self) -> np.ndarray:
@@ -67,10 +69,8 @@ class FreeMap:
 
     @property
     def times_array(self) -> np.ndarray:
-        """``times`` as an array (kept until a row is split)."""
-        if self._times_array is None or len(self._times_array) != len(self.times):
-            self._times_array = np.asarray(self.times)
-        return self._times_array
+        """``times`` as an array (a view: a row split changes it)."""
+        return self._times_buffer[:len(self.times)]
 
     def _row_at(self, when: float) -> int:
         """The row that starts at ``when``, split off the one containing it if need be."""
@@ -82,8 +82,13 @@ class FreeMap:
             grown = np.empty((2 * used, self._buffer.shape[1]), dtype=np.int64)
             grown[:used] = self._buffer
             self._buffer = grown
+            grown_times = np.empty(2 * used, dtype=np.float64)
+            grown_times[:used] = self._times_buffer[:used]
+            self._times_buffer = grown_times
         self._buffer[k + 2:used + 1] = self._buffer[k + 1:used]  # numpy copies overlaps safely
         self._buffer[k + 1] = self._buffer[k]
+        self._times_buffer[k + 2:used + 1] = self._times_buffer[k + 1:used]
+        self._times_buffer[k + 1] = when
         self.times.insert(k + 1, when)
         return k + 1
 
@@ -110,76 +115,49 @@ def earliest(job: Job, pin: Placement | None, order: Sequence[int], free: FreeMa
     """The first row (from ``from_row``) at which the job fits for its whole limit, and
     where: on its pin, or Slurm's first fit over ``order``; None if it never does.
 
-    Rows are screened with numpy on the job's candidate nodes (its pin, or ``order`` less
-    the nodes of other GPU types) by a necessary condition: per share size, enough nodes
-    free by that much throughout the row's window (for a pin: each of its nodes by its
-    GPUs, exact). A row that passes is placed in Python, first fit over ``order``, which
-    decides; so the row found is the one a row-by-row walk finds (a free shape: see
-    ``_earliest_free_shape``)."""
-    held = free.rows
-    if pin is not None:
-        held = held[:, [cluster.index(n) for n in pin.nodes]]
-    elif job.gpu_type or len(order) < held.shape[1]:  # (else every node: no copy)
-        held = held[:, _of_type(job, cluster, order)]
-    if pin is None and job.gpus_per_node is None and job.num_nodes is None:
-        return _earliest_free_shape(job, order, held, free, cluster, from_row)
-    held = held[from_row:]
+    Rows are screened (compiled, :mod:`slurm_rl.simulator.map_scan`) on the job's
+    candidate nodes (its pin, or ``order`` less the nodes of other GPU types) by a
+    necessary condition: per share size, enough nodes free by that much throughout the
+    row's window (for a pin: each of its nodes by its GPUs, exact). A row that passes is
+    placed in Python, first fit over ``order``, which decides; so the row found is the one
+    a row-by-row walk finds (a free shape: see ``_earliest_free_shape``)."""
     limit = job_limit(job)
-    times = free.times_array
-    ends = np.maximum(np.searchsorted(times, times[from_row:] + limit, side="left"),
-                      np.arange(from_row + 1, len(times) + 1)) - from_row
     if pin is not None:
-        fits = ((held.sum(axis=1) >= job.num_gpus)
-                & (_nodes_lasting(held, ends, np.asarray(pin.gpus, dtype=np.int64))
-                   == len(pin.gpus)))
-        return (from_row + int(np.argmax(fits)), pin) if fits.any() else None
-    needs = _share_needs(fixed_shape(job))
-    if len(needs) == 1 and needs[0][1] == 1:  # one node: the first row a node lasts from
-        firsts, _ = _runs_lasting(held, ends, max(needs[0][0], 1))
-        if not len(firsts):
-            return None
-        k = from_row + int(firsts.min())
-        placement = place_in_order(job, cluster, free.available(k, limit), order)
-        if placement is not None:
-            return k, placement
+        needs = Needs([(gpus, 1, [cluster.index(node)])
+                       for node, gpus in zip(pin.nodes, pin.gpus, strict=True)])
+        pinned = first_passing_row(free.rows, free.times_array, len(free.times), from_row,
+                                   limit, needs)
+        return (pinned, pin) if pinned is not None else None
+    candidates = _of_type(job.gpu_type, cluster, order)
+    if job.gpus_per_node is None and job.num_nodes is None:
+        held = free.rows
+        if job.gpu_type or len(order) < held.shape[1]:  # (else every node: no copy)
+            held = held[:, candidates]
+        return _earliest_free_shape(job, order, held, free, cluster, from_row)
     # (the rows' own GPUs need no check: as many nodes as shares, each with room for its
     # share or at least one GPU, hold the job's GPUs)
-    fits = np.ones(len(held), dtype=bool)
-    for size, count in needs:
-        fits &= _nodes_lasting(held, ends, max(size, 1)) >= count
-    for k in (from_row + np.flatnonzero(fits)).tolist():
-        placement = place_in_order(job, cluster, free.available(k, limit), order)
+    needs = Needs([(max(size, 1), count, candidates)
+                   for size, count in _share_needs(fixed_shape(job))])
+    shares, columns = fixed_shape(job), np.asarray(candidates, dtype=np.int64)
+    times, used = free.times_array, len(free.times)
+    row: int | None = from_row
+    while row is not None:
+        row = first_passing_row(free.rows, times, used, row, limit, needs)
+        if row is None:
+            return None
+        placement = _placed(first_fit(free.rows, row, window_end(times, used, row, limit),
+                                      columns, shares), shares, cluster)
         if placement is not None:
-            return k, placement
+            return row, placement
+        row += 1
     return None
 
 
-def _runs_lasting(held: np.ndarray, ends: np.ndarray, least: int | np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Per column, its runs of rows that hold at least ``least`` GPUs; per such run whose
-    first row's window ``[k, ends[k])`` stays in it, the rows whose windows do: from its
-    first row to before ``lasts`` (``ends`` never falls from one row to the next, so those
-    are the run's first rows, up to the first whose window passes the run's end)."""
-    rows, columns = held.shape
-    padded = np.zeros((columns, rows + 2), dtype=bool)  # a column a line, gaps at ends
-    padded[:, 1:-1] = (held >= least).T
-    edges = np.flatnonzero(padded[:, 1:] != padded[:, :-1]) % (rows + 1)
-    firsts, stops = edges[0::2], edges[1::2]  # per run (runs alternate with gaps in a line)
-    lasts = np.minimum(stops, np.searchsorted(ends, stops, side="right"))
-    counted = firsts < lasts
-    return firsts[counted], lasts[counted]
-
-
-def _nodes_lasting(held: np.ndarray, ends: np.ndarray, least: int | np.ndarray) -> np.ndarray:
-    """Per row ``k``, how many columns hold at least ``least`` GPUs in every row of
-    ``[k, ends[k])``: each run of ``_runs_lasting`` counts one for its rows (numpy's
-    running minimum down a column is far slower)."""
-    rows = held.shape[0]
-    firsts, lasts = _runs_lasting(held, ends, least)
-    starts_less_stops = (np.bincount(firsts, minlength=rows + 1)
-                         - np.bincount(lasts, minlength=rows + 1))
-    lasting: np.ndarray = np.cumsum(starts_less_stops)[:rows]
-    return lasting
+def _placed(chosen: tuple[int, ...] | None, shares: tuple[int, ...], cluster: Cluster
+            ) -> Placement | None:
+    if chosen is None:
+        return None
+    return Placement(tuple(cluster.nodes[i].name for i in chosen), shares)
 
 
 def _share_needs(shares: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -254,11 +232,11 @@ def _sparse_minima(held: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np
     return windows
 
 
-def _of_type(job: Job, cluster: Cluster, order: Sequence[int]) -> list[int]:
-    """The nodes of ``order`` that place_in_order may use for the job (its GPU type's)."""
-    if not job.gpu_type:
+def _of_type(gpu_type: str | None, cluster: Cluster, order: Sequence[int]) -> list[int]:
+    """The nodes of ``order`` that place_in_order may use for a job of this GPU type."""
+    if not gpu_type:
         return list(order)
-    of_type = cluster.nodes_of_type(job.gpu_type)
+    of_type = cluster.nodes_of_type(gpu_type)
     return [i for i in order if i in of_type]
 
 
@@ -324,6 +302,9 @@ class PlannedPass:
         self.no_start: set[tuple[object, ...]] = set()  # shapes that cannot start now
         self.free_total = sum(free_gpus)
         self._orders: dict[frozenset[int], list[int]] = {}
+        # per order (by identity: _orders keeps each for the pass) and GPU type, its columns
+        self._order_columns: dict[tuple[int, str | None], np.ndarray] = {}
+        self._free_row = np.asarray([free_gpus], dtype=np.int64)  # self.free, as a map row
         self._may_start = 0  # the queue index of a job that could start now, last asked
         # while it still can (_still_able): the nodes it would start on, and until when
         self._able: tuple[frozenset[int], float] | None = None
@@ -420,6 +401,8 @@ class PlannedPass:
     def _now(self, job: Job, pin: Placement | None, order: list[int]) -> Placement | None:
         if job.num_gpus > self.free_total:
             return None
+        if pin is None and (job.num_nodes is not None or job.gpus_per_node is not None):
+            return self._first_fit_now(job, order)
         free = self.free if self.map is None else self.map.available(0, job_limit(job))
         if pin is not None:
             fits = all(free[self.cluster.index(n)] >= g
@@ -427,9 +410,31 @@ class PlannedPass:
             return pin if fits else None
         return place_in_order(job, self.cluster, free, order)
 
+    def _first_fit_now(self, job: Job, order: list[int]) -> Placement | None:
+        """``place_in_order`` of a fixed shape on what is free now for the job's whole
+        limit, compiled (:func:`map_scan.first_fit`)."""
+        if self.map is None:
+            rows, end = self._free_row, 1
+        else:
+            rows = self.map.rows
+            end = window_end(self.map.times_array, len(self.map.times), 0, job_limit(job))
+        shares = fixed_shape(job)
+        return _placed(first_fit(rows, 0, end, self._columns(order, job.gpu_type), shares),
+                       shares, self.cluster)
+
+    def _columns(self, order: list[int], gpu_type: str | None) -> np.ndarray:
+        """``order`` (one of ``_orders``) less other GPU types' nodes, as an array."""
+        key = (id(order), gpu_type)
+        columns = self._order_columns.get(key)
+        if columns is None:
+            typed = _of_type(gpu_type, self.cluster, order)
+            columns = self._order_columns[key] = np.asarray(typed, dtype=np.int64)
+        return columns
+
     def _start(self, job: Job, placement: Placement) -> None:
         for name, gpus in zip(placement.nodes, placement.gpus, strict=True):
             self.free[self.cluster.index(name)] -= gpus
+            self._free_row[0, self.cluster.index(name)] -= gpus
         self.free_total -= placement.num_gpus
         if self.map is not None:
             self.map.book(self.now, job_limit(job), placement, self.cluster)
