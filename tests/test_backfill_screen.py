@@ -110,8 +110,11 @@ def test_earliest_finds_the_row_a_row_by_row_walk_finds() -> None:
         if rng.random() < 0.2 and job.num_nodes == 1 and not job.gpu_type:
             pin = Placement((f"n{int(rng.integers(0, 7))}",), (job.num_gpus,))
         from_row = int(rng.integers(0, len(free.times) + 1))
-        assert (earliest(job, pin, order, free, cluster, from_row)
-                == _walked(job, pin, order, free, cluster, from_row))
+        walked = _walked(job, pin, order, free, cluster, from_row)
+        assert earliest(job, pin, order, free, cluster, from_row) == walked
+        before = int(rng.integers(0, len(free.times) + 2))  # only rows before it
+        assert (earliest(job, pin, order, free, cluster, from_row, before)
+                == (walked if walked is not None and walked[0] < before else None))
 
 
 def _random_job(rng: np.random.Generator) -> Job:

@@ -110,39 +110,75 @@ def job_limit(job: Job) -> float:
     return job.time_limit if job.time_limit is not None else NO_LIMIT
 
 
+class Candidates:
+    """Per node order and GPU type, the columns a job may use, and per shape what it
+    needs of them (:class:`map_scan.Needs`): what ``earliest`` asks again and again within
+    a pass. An order is known by identity (a pass keeps one list per set of excluded
+    nodes), and kept with its entries, so that its identity cannot pass to another list."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self._columns: dict[tuple[int, str | None],
+                            tuple[Sequence[int], list[int], np.ndarray]] = {}
+        self._needs: dict[tuple[int, str | None, tuple[int, ...]],
+                          tuple[Sequence[int], Needs]] = {}
+
+    def columns(self, order: Sequence[int], gpu_type: str | None
+                ) -> tuple[list[int], np.ndarray]:
+        """``order`` less other GPU types' nodes, as a list and as an array."""
+        kept = self._columns.get((id(order), gpu_type))
+        if kept is None or kept[0] is not order:
+            typed = _of_type(gpu_type, self.cluster, order)
+            kept = self._columns[id(order), gpu_type] = (
+                order, typed, np.asarray(typed, dtype=np.int64))
+        return kept[1], kept[2]
+
+    def needs(self, order: Sequence[int], job: Job) -> Needs:
+        """Per share size of the job's fixed shape, so many of its columns with so many
+        GPUs (the rows' own GPUs need no check: as many nodes as shares, each with room
+        for its share or at least one GPU, hold the job's GPUs)."""
+        key = (id(order), job.gpu_type, fixed_shape(job))
+        kept = self._needs.get(key)
+        if kept is None or kept[0] is not order:
+            typed, _ = self.columns(order, job.gpu_type)
+            kept = self._needs[key] = (order, Needs([(max(size, 1), count, typed)
+                                                     for size, count in _share_needs(key[2])]))
+        return kept[1]
+
+
 def earliest(job: Job, pin: Placement | None, order: Sequence[int], free: FreeMap,
-             cluster: Cluster, from_row: int = 0) -> tuple[int, Placement] | None:
-    """The first row (from ``from_row``) at which the job fits for its whole limit, and
-    where: on its pin, or Slurm's first fit over ``order``; None if it never does.
+             cluster: Cluster, from_row: int = 0, before_row: int | None = None,
+             candidates: Candidates | None = None) -> tuple[int, Placement] | None:
+    """The first row in ``[from_row, before_row)`` (``before_row``: the map's end if
+    None) at which the job fits for its whole limit, and where: on its pin, or Slurm's
+    first fit over ``order``; None if it fits at none. ``candidates``: a pass's cache.
 
     Rows are screened (compiled, :mod:`slurm_rl.simulator.map_scan`) on the job's
     candidate nodes (its pin, or ``order`` less the nodes of other GPU types) by a
     necessary condition: per share size, enough nodes free by that much throughout the
     row's window (for a pin: each of its nodes by its GPUs, exact). A row that passes is
-    placed in Python, first fit over ``order``, which decides; so the row found is the one
-    a row-by-row walk finds (a free shape: see ``_earliest_free_shape``)."""
+    placed, first fit over ``order``, which decides; so the row found is the one a
+    row-by-row walk finds (a free shape: see ``_earliest_free_shape``)."""
     limit = job_limit(job)
+    times, used = free.times_array, len(free.times)
+    searched = used if before_row is None else min(before_row, used)
     if pin is not None:
         needs = Needs([(gpus, 1, [cluster.index(node)])
                        for node, gpus in zip(pin.nodes, pin.gpus, strict=True)])
-        pinned = first_passing_row(free.rows, free.times_array, len(free.times), from_row,
-                                   limit, needs)
+        pinned = first_passing_row(free.rows, times, used, from_row, limit, needs, searched)
         return (pinned, pin) if pinned is not None else None
-    candidates = _of_type(job.gpu_type, cluster, order)
+    candidates = candidates or Candidates(cluster)
+    typed, columns = candidates.columns(order, job.gpu_type)
     if job.gpus_per_node is None and job.num_nodes is None:
         held = free.rows
         if job.gpu_type or len(order) < held.shape[1]:  # (else every node: no copy)
-            held = held[:, candidates]
-        return _earliest_free_shape(job, order, held, free, cluster, from_row)
-    # (the rows' own GPUs need no check: as many nodes as shares, each with room for its
-    # share or at least one GPU, hold the job's GPUs)
-    needs = Needs([(max(size, 1), count, candidates)
-                   for size, count in _share_needs(fixed_shape(job))])
-    shares, columns = fixed_shape(job), np.asarray(candidates, dtype=np.int64)
-    times, used = free.times_array, len(free.times)
+            held = held[:, typed]
+        found = _earliest_free_shape(job, order, held, free, cluster, from_row)
+        return found if found is not None and found[0] < searched else None
+    needs, shares = candidates.needs(order, job), fixed_shape(job)
     row: int | None = from_row
     while row is not None:
-        row = first_passing_row(free.rows, times, used, row, limit, needs)
+        row = first_passing_row(free.rows, times, used, row, limit, needs, searched)
         if row is None:
             return None
         placement = _placed(first_fit(free.rows, row, window_end(times, used, row, limit),
@@ -302,8 +338,7 @@ class PlannedPass:
         self.no_start: set[tuple[object, ...]] = set()  # shapes that cannot start now
         self.free_total = sum(free_gpus)
         self._orders: dict[frozenset[int], list[int]] = {}
-        # per order (by identity: _orders keeps each for the pass) and GPU type, its columns
-        self._order_columns: dict[tuple[int, str | None], np.ndarray] = {}
+        self._candidates = Candidates(cluster)  # per order of _orders, the columns and needs
         self._free_row = np.asarray([free_gpus], dtype=np.int64)  # self.free, as a map row
         self._may_start = 0  # the queue index of a job that could start now, last asked
         # while it still can (_still_able): the nodes it would start on, and until when
@@ -419,17 +454,8 @@ class PlannedPass:
             rows = self.map.rows
             end = window_end(self.map.times_array, len(self.map.times), 0, job_limit(job))
         shares = fixed_shape(job)
-        return _placed(first_fit(rows, 0, end, self._columns(order, job.gpu_type), shares),
-                       shares, self.cluster)
-
-    def _columns(self, order: list[int], gpu_type: str | None) -> np.ndarray:
-        """``order`` (one of ``_orders``) less other GPU types' nodes, as an array."""
-        key = (id(order), gpu_type)
-        columns = self._order_columns.get(key)
-        if columns is None:
-            typed = _of_type(gpu_type, self.cluster, order)
-            columns = self._order_columns[key] = np.asarray(typed, dtype=np.int64)
-        return columns
+        _, columns = self._candidates.columns(order, job.gpu_type)
+        return _placed(first_fit(rows, 0, end, columns, shares), shares, self.cluster)
 
     def _start(self, job: Job, placement: Placement) -> None:
         for name, gpus in zip(placement.nodes, placement.gpus, strict=True):
@@ -450,12 +476,15 @@ class PlannedPass:
         if self._planned_at.get(key) == math.inf:
             return  # one of its shape found no time: nor will it
         after = max(1, bisect.bisect_left(self.map.times, self._planned_at.get(key, -math.inf)))
-        found = [f for f in (earliest(c, pin, order, self.map, self.cluster, after)
-                             for c in choices) if f is not None]
-        if not found:
+        best: tuple[int, Placement] | None = None
+        for choice in choices:  # the earliest row; on a tie, the first choice's
+            found = earliest(choice, pin, order, self.map, self.cluster, after,
+                             best[0] if best is not None else None, self._candidates)
+            best = found or best
+        if best is None:
             self._planned_at[key] = math.inf
             return
-        row, placement = min(found, key=lambda f: f[0])
+        row, placement = best
         self._planned_at[key] = self.map.times[row]
         self.map.book(self.map.times[row], job_limit(choices[0]), placement, self.cluster)
         if self._able is not None and self.map.times[row] < self._able[1] and not (

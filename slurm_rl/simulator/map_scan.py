@@ -43,11 +43,11 @@ def _window_end(times: np.ndarray, used: int, k: int, limit: float) -> int:
 
 
 @_jit  # type: ignore[untyped-decorator]
-def _first_row(rows: np.ndarray, times: np.ndarray, used: int, start: int, limit: float,
-               columns: np.ndarray, group_starts: np.ndarray, least: np.ndarray,
-               needed: np.ndarray) -> int:
+def _first_row(rows: np.ndarray, times: np.ndarray, used: int, start: int, stop: int,
+               limit: float, columns: np.ndarray, group_starts: np.ndarray,
+               least: np.ndarray, needed: np.ndarray) -> int:
     drops = np.full(len(columns), -1, dtype=np.int64)  # per entry: its column's next short row
-    for k in range(start, used):
+    for k in range(start, stop):
         end = _window_end(times, used, k, limit)
         passes = True
         for group in range(len(needed)):
@@ -112,13 +112,15 @@ class Needs:
 
 
 def first_passing_row(rows: np.ndarray, times: np.ndarray, used: int, start: int,
-                      limit: float, needs: Needs) -> int | None:
-    """The first row ``k >= start`` (of the first ``used``) whose window ``[k, end)`` —
-    the rows that start before ``times[k] + limit`` — meets every group of ``needs``; None
-    if none does. ``rows``: free GPUs, a row per time, a column per node (int64)."""
-    if start >= used:
+                      limit: float, needs: Needs, stop: int | None = None) -> int | None:
+    """The first row ``k`` in ``[start, stop)`` (``stop``: ``used``, the map's rows, if
+    None) whose window ``[k, end)`` — the rows that start before ``times[k] + limit`` —
+    meets every group of ``needs``; None if none does. ``rows``: free GPUs, a row per
+    time, a column per node (int64)."""
+    stop = used if stop is None else min(stop, used)
+    if start >= stop:
         return None
-    found = int(_first_row(rows, times, used, start, float(limit), needs.columns,
+    found = int(_first_row(rows, times, used, start, stop, float(limit), needs.columns,
                            needs.group_starts, needs.least, needs.needed))
     return found if found >= 0 else None
 
