@@ -407,12 +407,16 @@ class PlannedPass:
 
     def _could_start(self, item: Queued) -> bool:
         """What ``consider`` would find if the job came now: not one of a shape found
-        unable to start, and fitting now for its whole limit (then kept: _still_able)."""
+        unable to start, and fitting now for its whole limit (then kept: _still_able). A
+        shape found unable joins ``no_start``: no job of that shape can start later in the
+        pass (most jobs a pass looks past share a shape with one before them)."""
         self._able = None
-        if _start_key(item) in self.no_start:
+        key = _start_key(item)
+        if key in self.no_start:
             return False
         placement = self._now_any(item)
         if placement is None:
+            self.no_start.add(key)
             return False
         self._able = (frozenset(self.cluster.index(n) for n in placement.nodes),
                       self.now + job_limit(item.job))
