@@ -67,8 +67,8 @@ def test_first_fit_is_place_in_order_on_the_window() -> None:
         end = int(rng.integers(k + 1, len(times) + 1))
         order = [int(i) for i in rng.permutation(6) if rng.random() < 0.8]
         typed = [i for i in order if not job.gpu_type or cluster.nodes[i].gpu_type == job.gpu_type]
-        chosen = map_scan.first_fit(held, k, end, np.asarray(typed, dtype=np.int64),
-                                    fixed_shape(job))
+        chosen = map_scan.first_fit(held, k, end,
+                                    map_scan.Shape(map_scan.Needs([]), typed, fixed_shape(job)))
         expected = place_in_order(job, cluster, held[k:end].min(axis=0).tolist(), order)
         got = None if chosen is None else Placement(
             tuple(cluster.nodes[i].name for i in chosen), fixed_shape(job))

@@ -25,7 +25,14 @@ import numpy as np
 
 from slurm_rl.agents.nodesets import fixed_shape, place_in_order
 from slurm_rl.core import Cluster, Job, Placement
-from slurm_rl.simulator.map_scan import Needs, first_fit, first_passing_row, window_end
+from slurm_rl.simulator.map_scan import (
+    Needs,
+    Shape,
+    first_fit,
+    first_passing_row,
+    first_placement,
+    window_end,
+)
 
 NO_LIMIT = math.inf
 OVERDUE_S = 1.0
@@ -120,8 +127,8 @@ class Candidates:
         self.cluster = cluster
         self._columns: dict[tuple[int, str | None],
                             tuple[Sequence[int], list[int], np.ndarray]] = {}
-        self._needs: dict[tuple[int, str | None, tuple[int, ...]],
-                          tuple[Sequence[int], Needs]] = {}
+        self._shapes: dict[tuple[int, str | None, tuple[int, ...]],
+                           tuple[Sequence[int], Shape]] = {}
 
     def columns(self, order: Sequence[int], gpu_type: str | None
                 ) -> tuple[list[int], np.ndarray]:
@@ -133,16 +140,17 @@ class Candidates:
                 order, typed, np.asarray(typed, dtype=np.int64))
         return kept[1], kept[2]
 
-    def needs(self, order: Sequence[int], job: Job) -> Needs:
-        """Per share size of the job's fixed shape, so many of its columns with so many
-        GPUs (the rows' own GPUs need no check: as many nodes as shares, each with room
-        for its share or at least one GPU, hold the job's GPUs)."""
+    def shape(self, order: Sequence[int], job: Job) -> Shape:
+        """The job's fixed shape over its columns: per share size, so many of them with so
+        many GPUs (the rows' own GPUs need no check: as many nodes as shares, each with
+        room for its share or at least one GPU, hold the job's GPUs), and the first fit's
+        order and shares."""
         key = (id(order), job.gpu_type, fixed_shape(job))
-        kept = self._needs.get(key)
+        kept = self._shapes.get(key)
         if kept is None or kept[0] is not order:
             typed, _ = self.columns(order, job.gpu_type)
-            kept = self._needs[key] = (order, Needs([(max(size, 1), count, typed)
-                                                     for size, count in _share_needs(key[2])]))
+            needs = Needs([(max(size, 1), count, typed) for size, count in _share_needs(key[2])])
+            kept = self._shapes[key] = (order, Shape(needs, typed, key[2]))
         return kept[1]
 
 
@@ -168,31 +176,22 @@ def earliest(job: Job, pin: Placement | None, order: Sequence[int], free: FreeMa
         pinned = first_passing_row(free.rows, times, used, from_row, limit, needs, searched)
         return (pinned, pin) if pinned is not None else None
     candidates = candidates or Candidates(cluster)
-    typed, columns = candidates.columns(order, job.gpu_type)
+    typed, _ = candidates.columns(order, job.gpu_type)
     if job.gpus_per_node is None and job.num_nodes is None:
         held = free.rows
         if job.gpu_type or len(order) < held.shape[1]:  # (else every node: no copy)
             held = held[:, typed]
-        found = _earliest_free_shape(job, order, held, free, cluster, from_row)
-        return found if found is not None and found[0] < searched else None
-    needs, shares = candidates.needs(order, job), fixed_shape(job)
-    row: int | None = from_row
-    while row is not None:
-        row = first_passing_row(free.rows, times, used, row, limit, needs, searched)
-        if row is None:
-            return None
-        placement = _placed(first_fit(free.rows, row, window_end(times, used, row, limit),
-                                      columns, shares), shares, cluster)
-        if placement is not None:
-            return row, placement
-        row += 1
-    return None
-
-
-def _placed(chosen: tuple[int, ...] | None, shares: tuple[int, ...], cluster: Cluster
-            ) -> Placement | None:
-    if chosen is None:
+        spread = _earliest_free_shape(job, order, held, free, cluster, from_row)
+        return spread if spread is not None and spread[0] < searched else None
+    shape = candidates.shape(order, job)
+    found = first_placement(free.rows, times, used, from_row, searched, limit, shape)
+    if found is None:
         return None
+    row, chosen = found
+    return row, _placed(chosen, shape.shares, cluster)
+
+
+def _placed(chosen: tuple[int, ...], shares: tuple[int, ...], cluster: Cluster) -> Placement:
     return Placement(tuple(cluster.nodes[i].name for i in chosen), shares)
 
 
@@ -457,9 +456,9 @@ class PlannedPass:
         else:
             rows = self.map.rows
             end = window_end(self.map.times_array, len(self.map.times), 0, job_limit(job))
-        shares = fixed_shape(job)
-        _, columns = self._candidates.columns(order, job.gpu_type)
-        return _placed(first_fit(rows, 0, end, columns, shares), shares, self.cluster)
+        shape = self._candidates.shape(order, job)
+        chosen = first_fit(rows, 0, end, shape)
+        return _placed(chosen, shape.shares, self.cluster) if chosen is not None else None
 
     def _start(self, job: Job, placement: Placement) -> None:
         for name, gpus in zip(placement.nodes, placement.gpus, strict=True):

@@ -43,10 +43,12 @@ def _window_end(times: np.ndarray, used: int, k: int, limit: float) -> int:
 
 
 @_jit  # type: ignore[untyped-decorator]
-def _first_row(rows: np.ndarray, times: np.ndarray, used: int, start: int, stop: int,
-               limit: float, columns: np.ndarray, group_starts: np.ndarray,
-               least: np.ndarray, needed: np.ndarray) -> int:
-    drops = np.full(len(columns), -1, dtype=np.int64)  # per entry: its column's next short row
+def _next_passing(rows: np.ndarray, times: np.ndarray, used: int, start: int, stop: int,
+                  limit: float, columns: np.ndarray, group_starts: np.ndarray,
+                  least: np.ndarray, needed: np.ndarray, drops: np.ndarray) -> int:
+    """The first passing row in ``[start, stop)``, or -1. ``drops``: per entry of
+    ``columns``, the first row from some earlier ``k`` on where its column holds fewer than
+    its group's ``least`` (-1: none known yet), kept across calls with rising ``start``."""
     for k in range(start, stop):
         end = _window_end(times, used, k, limit)
         passes = True
@@ -73,9 +75,19 @@ def _first_row(rows: np.ndarray, times: np.ndarray, used: int, start: int, stop:
 
 
 @_jit  # type: ignore[untyped-decorator]
-def _first_fit(rows: np.ndarray, k: int, end: int, order: np.ndarray,
-               shares: np.ndarray) -> np.ndarray:
-    chosen = np.empty(len(shares), dtype=np.int64)
+def _first_row(rows: np.ndarray, times: np.ndarray, used: int, start: int, stop: int,
+               limit: float, columns: np.ndarray, group_starts: np.ndarray,
+               least: np.ndarray, needed: np.ndarray) -> int:
+    drops = np.full(len(columns), -1, dtype=np.int64)
+    found: int = _next_passing(rows, times, used, start, stop, limit, columns, group_starts,
+                               least, needed, drops)
+    return found
+
+
+@_jit  # type: ignore[untyped-decorator]
+def _fill(rows: np.ndarray, k: int, end: int, order: np.ndarray, shares: np.ndarray,
+          chosen: np.ndarray) -> bool:
+    """Slurm's first fit into ``chosen`` (one column per share); whether it found all."""
     taken = 0
     for column in order:
         least = rows[k, column]
@@ -87,8 +99,33 @@ def _first_fit(rows: np.ndarray, k: int, end: int, order: np.ndarray,
             chosen[taken] = column
             taken += 1
             if taken == len(shares):
-                return chosen
-    return chosen[:0]
+                return True
+    return False
+
+
+@_jit  # type: ignore[untyped-decorator]
+def _first_fit(rows: np.ndarray, k: int, end: int, order: np.ndarray,
+               shares: np.ndarray) -> np.ndarray:
+    chosen = np.empty(len(shares), dtype=np.int64)
+    return chosen if _fill(rows, k, end, order, shares, chosen) else chosen[:0]
+
+
+@_jit  # type: ignore[untyped-decorator]
+def _first_placed(rows: np.ndarray, times: np.ndarray, used: int, start: int, stop: int,
+                  limit: float, columns: np.ndarray, group_starts: np.ndarray,
+                  least: np.ndarray, needed: np.ndarray, order: np.ndarray,
+                  shares: np.ndarray, chosen: np.ndarray) -> int:
+    drops = np.full(len(columns), -1, dtype=np.int64)
+    k = start
+    while k < stop:
+        k = int(_next_passing(rows, times, used, k, stop, limit, columns, group_starts,
+                              least, needed, drops))
+        if k < 0:
+            return -1
+        if _fill(rows, k, _window_end(times, used, k, limit), order, shares, chosen):
+            return k
+        k += 1
+    return -1
 
 
 class Needs:
@@ -130,11 +167,36 @@ def window_end(times: np.ndarray, used: int, k: int, limit: float) -> int:
     return int(_window_end(times, used, k, float(limit)))
 
 
-def first_fit(rows: np.ndarray, k: int, end: int, order: np.ndarray,
-              shares: tuple[int, ...]) -> tuple[int, ...] | None:
-    """Slurm's first fit of a fixed shape (``shares``, largest first) over the columns in
-    ``order``, on the fewest GPUs each holds in rows ``[k, end)``: a column takes the next
-    share if it holds that many GPUs and at least one (as ``nodesets.place_in_order``).
-    The chosen columns, one per share, or None."""
-    chosen = _first_fit(rows, k, end, order, np.asarray(shares, dtype=np.int64))
+class Shape:
+    """A fixed shape's needs (:class:`Needs`) with the order its first fit walks (the job's
+    candidate columns) and its shares, largest first, as the compiled scans take them."""
+
+    __slots__ = ("needs", "order", "shares", "share_array")
+
+    def __init__(self, needs: Needs, order: list[int], shares: tuple[int, ...]) -> None:
+        self.needs, self.shares = needs, shares
+        self.order = np.asarray(order, dtype=np.int64)
+        self.share_array = np.asarray(shares, dtype=np.int64)
+
+
+def first_placement(rows: np.ndarray, times: np.ndarray, used: int, start: int, stop: int,
+                    limit: float, shape: Shape) -> tuple[int, tuple[int, ...]] | None:
+    """The first row in ``[start, stop)`` that passes ``shape.needs`` (as
+    :func:`first_passing_row`) and where the first fit (as :func:`first_fit`) places the
+    shape, with the columns chosen; None if there is none."""
+    if start >= min(stop, used):
+        return None
+    needs = shape.needs
+    chosen = np.empty(len(shape.shares), dtype=np.int64)
+    row = int(_first_placed(rows, times, used, start, min(stop, used), float(limit),
+                            needs.columns, needs.group_starts, needs.least, needs.needed,
+                            shape.order, shape.share_array, chosen))
+    return (row, tuple(chosen.tolist())) if row >= 0 else None
+
+
+def first_fit(rows: np.ndarray, k: int, end: int, shape: Shape) -> tuple[int, ...] | None:
+    """Slurm's first fit of ``shape`` over its order, on the fewest GPUs each column holds
+    in rows ``[k, end)``: a column takes the next share if it holds that many GPUs and at
+    least one (as ``nodesets.place_in_order``). The chosen columns, one per share, or None."""
+    chosen = _first_fit(rows, k, end, shape.order, shape.share_array)
     return tuple(chosen.tolist()) if len(chosen) else None
