@@ -17,6 +17,7 @@ beyond ``max_reservations`` planned jobs), per-user and per-partition limits.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -278,12 +279,8 @@ def _of_type(gpu_type: str | None, cluster: Cluster, order: Sequence[int]) -> li
 def _fewest_gpus_from(queue: Sequence[Queued]) -> list[float]:
     """Per index of the queue, the fewest GPUs a job from there on asks for (any of its
     one-type choices; inf past the end): no such job starts on fewer free GPUs."""
-    fewest: list[float] = [math.inf] * (len(queue) + 1)
-    for index in range(len(queue) - 1, -1, -1):
-        choices = queue[index].choices
-        gpus = choices[0].num_gpus if len(choices) == 1 else min(c.num_gpus for c in choices)
-        fewest[index] = min(gpus, fewest[index + 1])
-    return fewest
+    suffix_minima = itertools.accumulate(reversed([item.fewest_gpus for item in queue]), min)
+    return [*reversed([*suffix_minima]), math.inf]
 
 
 def _start_key(item: Queued) -> tuple[object, ...]:
@@ -305,6 +302,8 @@ class Queued(Protocol):
     def excluded(self) -> frozenset[int]: ...
     @property
     def choices(self) -> tuple[Job, ...]: ...
+    @property
+    def fewest_gpus(self) -> int: ...
 
 
 class Running(Protocol):

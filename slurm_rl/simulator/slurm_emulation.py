@@ -51,6 +51,11 @@ class QueuedJob:
     # Features=[a|b]: the job as it may run, one GPU type each, tried in this order; empty:
     # as it is (the daemon keeps an untyped gang Slurm places on one type, slurm/onetype.py)
     one_of: tuple[Job, ...] = ()
+    # the fewest GPUs any of its choices asks for (a pass's bound on what can still start)
+    fewest_gpus: int = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fewest_gpus", min(c.num_gpus for c in self.choices))
 
     @property
     def choices(self) -> tuple[Job, ...]:
