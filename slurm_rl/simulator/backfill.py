@@ -16,7 +16,6 @@ beyond ``max_reservations`` planned jobs), per-user and per-partition limits.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -29,6 +28,7 @@ from slurm_rl.core import Cluster, Job, Placement
 from slurm_rl.simulator.map_scan import (
     Needs,
     Shape,
+    book,
     first_fit,
     first_passing_row,
     first_placement,
@@ -41,9 +41,10 @@ OVERDUE_S = 1.0
 
 class FreeMap:
     """Free GPUs per node from ``now`` on: a step function over time. ``rows[k]`` holds
-    the free GPUs of every node from ``times[k]`` until ``times[k + 1]``. The rows live in a
-    buffer with room to spare, so that splitting a row (each booking may) shifts the rows
-    below in place instead of reallocating the whole map."""
+    the free GPUs of every node from ``times[k]`` until ``times[k + 1]``. The rows and
+    their times live in buffers with room to spare, so that splitting a row (each booking
+    may) shifts the rows below in place (compiled: :func:`map_scan.book`) instead of
+    reallocating the whole map."""
 
     def __init__(self, now: float, free: Sequence[int],
                  releases: Sequence[tuple[float, Sequence[int], Sequence[int]]]) -> None:
@@ -52,10 +53,9 @@ class FreeMap:
         from now: its GPUs are not free now."""
         ends = [(when if when > now else now + OVERDUE_S, nodes, gpus)
                 for when, nodes, gpus in releases if math.isfinite(when)]
-        later = sorted({when for when, _, _ in ends})
-        self.times = [now, *later]
-        row_of = {when: k for k, when in enumerate(self.times)}
-        steps = np.zeros((len(self.times), len(free)), dtype=np.int64)
+        times = [now, *sorted({when for when, _, _ in ends})]
+        row_of = {when: k for k, when in enumerate(times)}
+        steps = np.zeros((len(times), len(free)), dtype=np.int64)
         steps[0] = free
         rows: list[int] = []
         nodes_hit: list[int] = []
@@ -65,53 +65,47 @@ class FreeMap:
             nodes_hit.extend(nodes)
             counts.extend(gpus)
         np.add.at(steps, (rows, nodes_hit), counts)
+        self.used = len(times)  # rows in use
         # a release frees its GPUs from its row on: every row is the running sum of steps
-        self._buffer = np.empty((2 * len(self.times) + 16, len(free)), dtype=np.int64)
-        np.cumsum(steps, axis=0, out=self._buffer[:len(self.times)])
-        self._times_buffer = np.empty(len(self._buffer), dtype=np.float64)  # times, as rows
-        self._times_buffer[:len(self.times)] = self.times
+        self._buffer = np.empty((2 * self.used + 16, len(free)), dtype=np.int64)
+        np.cumsum(steps, axis=0, out=self._buffer[:self.used])
+        self._times_buffer = np.empty(len(self._buffer), dtype=np.float64)  # each row's start
+        self._times_buffer[:self.used] = times
 
     @property
     def rows(self) -> np.ndarray:
-        return self._buffer[:len(self.times)]
+        """The rows in use (a view: a row split changes it)."""
+        return self._buffer[:self.used]
 
     @property
-    def times_array(self) -> np.ndarray:
-        """``times`` as an array (a view: a row split changes it)."""
-        return self._times_buffer[:len(self.times)]
+    def times(self) -> np.ndarray:
+        """When each row starts, ascending (a view: a row split changes it)."""
+        return self._times_buffer[:self.used]
 
-    def _row_at(self, when: float) -> int:
-        """The row that starts at ``when``, split off the one containing it if need be."""
-        k = bisect.bisect_right(self.times, when) - 1
-        if self.times[k] == when:
-            return k
-        used = len(self.times)
-        if used == len(self._buffer):
-            grown = np.empty((2 * used, self._buffer.shape[1]), dtype=np.int64)
-            grown[:used] = self._buffer
-            self._buffer = grown
-            grown_times = np.empty(2 * used, dtype=np.float64)
-            grown_times[:used] = self._times_buffer[:used]
-            self._times_buffer = grown_times
-        self._buffer[k + 2:used + 1] = self._buffer[k + 1:used]  # numpy copies overlaps safely
-        self._buffer[k + 1] = self._buffer[k]
-        self._times_buffer[k + 2:used + 1] = self._times_buffer[k + 1:used]
-        self._times_buffer[k + 1] = when
-        self.times.insert(k + 1, when)
-        return k + 1
+    def time_at(self, k: int) -> float:
+        return float(self._times_buffer[k])
+
+    def row_of(self, when: float) -> int:
+        """The first row that starts at or after ``when``."""
+        return int(np.searchsorted(self.times, when, side="left"))
 
     def available(self, k: int, limit: float) -> list[int]:
         """Per node, the fewest GPUs free from ``times[k]`` for ``limit`` seconds."""
-        end = bisect.bisect_left(self.times, self.times[k] + limit)
-        least: list[int] = self.rows[k:max(end, k + 1)].min(axis=0).tolist()
+        end = window_end(self._times_buffer, self.used, k, limit)
+        least: list[int] = self._buffer[k:end].min(axis=0).tolist()
         return least
 
     def book(self, start: float, limit: float, placement: Placement, cluster: Cluster) -> None:
         """Take the placement's GPUs from ``start`` for ``limit`` seconds."""
-        first = self._row_at(start)
-        last = self._row_at(start + limit) if math.isfinite(limit) else len(self.times)
-        for name, gpus in zip(placement.nodes, placement.gpus, strict=True):
-            self.rows[first:last, cluster.index(name)] -= gpus
+        if self.used + 2 > len(self._buffer):  # room for the two rows a booking may split
+            grown = np.empty((2 * len(self._buffer), self._buffer.shape[1]), dtype=np.int64)
+            grown[:self.used] = self._buffer[:self.used]
+            grown_times = np.empty(len(grown), dtype=np.float64)
+            grown_times[:self.used] = self._times_buffer[:self.used]
+            self._buffer, self._times_buffer = grown, grown_times
+        columns = [cluster.index(name) for name in placement.nodes]
+        self.used = book(self._buffer, self._times_buffer, self.used, start, limit,
+                         columns, placement.gpus)
 
 
 def job_limit(job: Job) -> float:
@@ -169,7 +163,7 @@ def earliest(job: Job, pin: Placement | None, order: Sequence[int], free: FreeMa
     placed, first fit over ``order``, which decides; so the row found is the one a
     row-by-row walk finds (a free shape: see ``_earliest_free_shape``)."""
     limit = job_limit(job)
-    times, used = free.times_array, len(free.times)
+    times, used = free.times, free.used
     searched = used if before_row is None else min(before_row, used)
     if pin is not None:
         needs = Needs([(gpus, 1, [cluster.index(node)])
@@ -209,7 +203,7 @@ def _earliest_free_shape(job: Job, order: Sequence[int], held: np.ndarray, free:
     are found in chunks of growing size (most jobs fit within the first few)."""
     rows = from_row + np.flatnonzero(held[from_row:].sum(axis=1) >= job.num_gpus)
     limit = job_limit(job)
-    times = free.times_array
+    times = free.times
     ends = np.maximum(np.searchsorted(times, times[rows] + limit, side="left"), rows + 1)
     first, size = 0, 8
     while first < len(rows):
@@ -454,7 +448,7 @@ class PlannedPass:
             rows, end = self._free_row, 1
         else:
             rows = self.map.rows
-            end = window_end(self.map.times_array, len(self.map.times), 0, job_limit(job))
+            end = window_end(self.map.times, self.map.used, 0, job_limit(job))
         shape = self._candidates.shape(order, job)
         chosen = first_fit(rows, 0, end, shape)
         return _placed(chosen, shape.shares, self.cluster) if chosen is not None else None
@@ -477,7 +471,7 @@ class PlannedPass:
         self.planned += 1
         if self._planned_at.get(key) == math.inf:
             return  # one of its shape found no time: nor will it
-        after = max(1, bisect.bisect_left(self.map.times, self._planned_at.get(key, -math.inf)))
+        after = max(1, self.map.row_of(self._planned_at.get(key, -math.inf)))
         best: tuple[int, Placement] | None = None
         for choice in choices:  # the earliest row; on a tie, the first choice's
             found = earliest(choice, pin, order, self.map, self.cluster, after,
@@ -487,9 +481,9 @@ class PlannedPass:
             self._planned_at[key] = math.inf
             return
         row, placement = best
-        self._planned_at[key] = self.map.times[row]
-        self.map.book(self.map.times[row], job_limit(choices[0]), placement, self.cluster)
-        if self._able is not None and self.map.times[row] < self._able[1] and not (
+        planned_at = self._planned_at[key] = self.map.time_at(row)
+        self.map.book(planned_at, job_limit(choices[0]), placement, self.cluster)
+        if self._able is not None and planned_at < self._able[1] and not (
                 self._able[0].isdisjoint(self.cluster.index(n) for n in placement.nodes)):
             self._able = None  # the plan takes GPUs the able job was to start on
 

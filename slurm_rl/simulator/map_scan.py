@@ -128,6 +128,41 @@ def _first_placed(rows: np.ndarray, times: np.ndarray, used: int, start: int, st
     return -1
 
 
+@_jit  # type: ignore[untyped-decorator]
+def _split_at(rows: np.ndarray, times: np.ndarray, used: int, when: float) -> tuple[int, int]:
+    """The row that starts at ``when``, split off the one holding it if need be (the rows
+    below shift down one); and the rows now in use."""
+    low, high = 0, used
+    while low < high:  # the first row that starts after ``when``
+        middle = (low + high) // 2
+        if times[middle] <= when:
+            low = middle + 1
+        else:
+            high = middle
+    k = low - 1
+    if times[k] == when:
+        return k, used
+    for row in range(used, k + 1, -1):
+        rows[row, :] = rows[row - 1, :]
+        times[row] = times[row - 1]
+    rows[k + 1, :] = rows[k, :]
+    times[k + 1] = when
+    return k + 1, used + 1
+
+
+@_jit  # type: ignore[untyped-decorator]
+def _book(rows: np.ndarray, times: np.ndarray, used: int, start: float, limit: float,
+          columns: np.ndarray, gpus: np.ndarray) -> int:
+    first, used = _split_at(rows, times, used, start)
+    last = used
+    if limit != math.inf:
+        last, used = _split_at(rows, times, used, start + limit)
+    for entry in range(len(columns)):
+        for row in range(first, last):
+            rows[row, columns[entry]] -= gpus[entry]
+    return used
+
+
 class Needs:
     """What a job needs of the map's columns, in groups: in group ``g``, at least
     ``needed[g]`` of its columns must hold ``least[g]`` GPUs free throughout the window.
@@ -200,3 +235,14 @@ def first_fit(rows: np.ndarray, k: int, end: int, shape: Shape) -> tuple[int, ..
     least one (as ``nodesets.place_in_order``). The chosen columns, one per share, or None."""
     chosen = _first_fit(rows, k, end, shape.order, shape.share_array)
     return tuple(chosen.tolist()) if len(chosen) else None
+
+
+def book(rows: np.ndarray, times: np.ndarray, used: int, start: float, limit: float,
+         columns: list[int], gpus: tuple[int, ...]) -> int:
+    """Take ``gpus[i]`` from column ``columns[i]`` from ``start`` for ``limit`` seconds,
+    splitting the rows where the booking starts and ends if need be (``rows`` and
+    ``times``: buffers with room for two more rows than the ``used`` ones; ``start`` at or
+    after the first row's time). Returns the rows now in use."""
+    booked: int = _book(rows, times, used, float(start), float(limit),
+                        np.asarray(columns, dtype=np.int64), np.asarray(gpus, dtype=np.int64))
+    return booked
