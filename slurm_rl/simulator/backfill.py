@@ -113,17 +113,33 @@ def job_limit(job: Job) -> float:
 
 
 class Candidates:
-    """Per node order and GPU type, the columns a job may use, and per shape what it
-    needs of them (:class:`map_scan.Needs`): what ``earliest`` asks again and again within
-    a pass. An order is known by identity (a pass keeps one list per set of excluded
-    nodes), and kept with its entries, so that its identity cannot pass to another list."""
+    """What a pass asks again and again, kept across passes (the cluster does not change):
+    per set of excluded nodes, the order a first fit walks (every other node, in the
+    cluster's order); per order and GPU type, the columns a job may use; per fixed shape,
+    what it needs of them (:class:`map_scan.Shape`); and the placements first fits return.
+    An order is known by identity, and kept with its entries, so that its identity cannot
+    pass to another list (``earliest`` takes any order). Forgets everything past
+    ``LIMIT`` orders (exclusion sets come and go with the decisions)."""
+
+    LIMIT = 4096
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
+        self._orders: dict[frozenset[int], list[int]] = {}
         self._columns: dict[tuple[int, str | None],
                             tuple[Sequence[int], list[int], np.ndarray]] = {}
         self._shapes: dict[tuple[int, str | None, tuple[int, ...]],
                            tuple[Sequence[int], Shape]] = {}
+        self._placements: dict[tuple[tuple[int, ...], tuple[int, ...]], Placement] = {}
+
+    def order(self, excluded: frozenset[int]) -> list[int]:
+        order = self._orders.get(excluded)
+        if order is None:
+            if len(self._orders) >= self.LIMIT:
+                self._orders, self._columns, self._shapes = {}, {}, {}
+            order = [i for i in range(len(self.cluster.nodes)) if i not in excluded]
+            self._orders[excluded] = order
+        return order
 
     def columns(self, order: Sequence[int], gpu_type: str | None
                 ) -> tuple[list[int], np.ndarray]:
@@ -147,6 +163,16 @@ class Candidates:
             needs = Needs([(max(size, 1), count, typed) for size, count in _share_needs(key[2])])
             kept = self._shapes[key] = (order, Shape(needs, typed, key[2]))
         return kept[1]
+
+    def placement(self, chosen: tuple[int, ...], shares: tuple[int, ...]) -> Placement:
+        """The placement of ``shares`` on the nodes of these indices."""
+        placement = self._placements.get((chosen, shares))
+        if placement is None:
+            if len(self._placements) >= 16 * self.LIMIT:
+                self._placements = {}
+            placement = self._placements[chosen, shares] = Placement(
+                tuple(self.cluster.nodes[i].name for i in chosen), shares)
+        return placement
 
 
 def earliest(job: Job, pin: Placement | None, order: Sequence[int], free: FreeMap,
@@ -183,11 +209,7 @@ def earliest(job: Job, pin: Placement | None, order: Sequence[int], free: FreeMa
     if found is None:
         return None
     row, chosen = found
-    return row, _placed(chosen, shape.shares, cluster)
-
-
-def _placed(chosen: tuple[int, ...], shares: tuple[int, ...], cluster: Cluster) -> Placement:
-    return Placement(tuple(cluster.nodes[i].name for i in chosen), shares)
+    return row, candidates.placement(chosen, shape.shares)
 
 
 def _share_needs(shares: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -277,14 +299,6 @@ def _fewest_gpus_from(queue: Sequence[Queued]) -> list[float]:
     return [*reversed([*suffix_minima]), math.inf]
 
 
-def _start_key(item: Queued) -> tuple[object, ...]:
-    """What decides whether a job can start now and where it is planned (see
-    ``PlannedPass.no_start``)."""
-    job = item.job
-    return (job.num_gpus, job.num_nodes, job.gpus_per_node, job.gpu_type, item.excluded,
-            job_limit(job), item.pin, len(item.choices))
-
-
 class Queued(Protocol):
     """A queued job as the pass sees it (slurm_emulation.QueuedJob)."""
 
@@ -298,6 +312,9 @@ class Queued(Protocol):
     def choices(self) -> tuple[Job, ...]: ...
     @property
     def fewest_gpus(self) -> int: ...
+    @property
+    def start_key(self) -> tuple[object, ...]:
+        """Equal for jobs that start now, or are planned, alike (see ``no_start``)."""
 
 
 class Running(Protocol):
@@ -321,7 +338,8 @@ class PlannedPass:
 
     def __init__(self, now: float, free_gpus: list[int],
                  running: Callable[[], Sequence[Running]], cluster: Cluster,
-                 max_reservations: int) -> None:
+                 max_reservations: int, candidates: Candidates | None = None) -> None:
+        """``candidates``: kept from pass to pass by the caller (else this pass's own)."""
         self.now, self.free, self.running, self.cluster = now, free_gpus, running, cluster
         self.max_reservations = max_reservations
         self.planned = 0
@@ -329,8 +347,7 @@ class PlannedPass:
         self.starts: list[tuple[Job, Placement]] = []
         self.no_start: set[tuple[object, ...]] = set()  # shapes that cannot start now
         self.free_total = sum(free_gpus)
-        self._orders: dict[frozenset[int], list[int]] = {}
-        self._candidates = Candidates(cluster)  # per order of _orders, the columns and needs
+        self._candidates = candidates or Candidates(cluster)
         self._free_row = np.asarray([free_gpus], dtype=np.int64)  # self.free, as a map row
         self._may_start = 0  # the queue index of a job that could start now, last asked
         # while it still can (_still_able): the nodes it would start on, and until when
@@ -358,7 +375,7 @@ class PlannedPass:
         in ``queue`` (``item`` is ``queue[index]``) can start now whatever is planned."""
         job = item.job
         choices = item.choices
-        key = _start_key(item)
+        key = item.start_key
         if key in self.no_start and self.planned >= self.max_reservations:
             return True
         placement = None
@@ -403,7 +420,7 @@ class PlannedPass:
         shape found unable joins ``no_start``: no job of that shape can start later in the
         pass (most jobs a pass looks past share a shape with one before them)."""
         self._able = None
-        key = _start_key(item)
+        key = item.start_key
         if key in self.no_start:
             return False
         placement = self._now_any(item)
@@ -420,14 +437,10 @@ class PlannedPass:
         limit would end (it would find the same nodes: a first fit passes over the others
         as before) and its shape has not joined ``no_start``. (A wrong yes would only cost
         plans: the pass would walk on, as it did before it could end early.)"""
-        return self._able is not None and _start_key(item) not in self.no_start
+        return self._able is not None and item.start_key not in self.no_start
 
     def _order(self, excluded: frozenset[int]) -> list[int]:
-        order = self._orders.get(excluded)
-        if order is None:
-            order = [i for i in range(len(self.cluster.nodes)) if i not in excluded]
-            self._orders[excluded] = order
-        return order
+        return self._candidates.order(excluded)
 
     def _now(self, job: Job, pin: Placement | None, order: list[int]) -> Placement | None:
         if job.num_gpus > self.free_total:
@@ -451,7 +464,7 @@ class PlannedPass:
             end = window_end(self.map.times, self.map.used, 0, job_limit(job))
         shape = self._candidates.shape(order, job)
         chosen = first_fit(rows, 0, end, shape)
-        return _placed(chosen, shape.shares, self.cluster) if chosen is not None else None
+        return self._candidates.placement(chosen, shape.shares) if chosen is not None else None
 
     def _start(self, job: Job, placement: Placement) -> None:
         for name, gpus in zip(placement.nodes, placement.gpus, strict=True):

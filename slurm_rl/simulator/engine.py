@@ -31,6 +31,7 @@ from slurm_rl.core import (
     RunningJob,
     SpeedObservation,
 )
+from slurm_rl.simulator.backfill import Candidates
 from slurm_rl.simulator.columns import ArrivalColumns
 from slurm_rl.simulator.holds import DeferralBook, HoldTimes, extensions
 from slurm_rl.simulator.outcomes import JobOutcome, Timeline
@@ -182,6 +183,7 @@ class Simulation:
                                     held=held() if held is not None else None,
                                     end_lag_s=self.config.slurm_end_lag_s)
         self._deferrals = DeferralBook(self._slurm.eligible_at)
+        self._candidates = Candidates(cluster)  # the backfill passes' lookups, pass to pass
         self.outcomes: list[JobOutcome] = []
         self.timeline = Timeline()
         self.rejected_actions = 0
@@ -585,7 +587,7 @@ class Simulation:
         for job, placement in schedule_pass(
                 self.now, queue, free, lambda: [*self._shapes.values(), *lagging], self.cluster,
                 self.config.slurm_queue_depth, self.config.slurm_scheduler,
-                self.config.backfill_reservations):
+                self.config.backfill_reservations, self._candidates):
             self._start(job, placement)
 
     def _record_timeline(self) -> None:

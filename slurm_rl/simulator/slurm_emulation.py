@@ -32,7 +32,7 @@ from typing import Literal, Protocol
 
 from slurm_rl.agents.nodesets import fixed_shape, place_in_order
 from slurm_rl.core import Cluster, Job, JobId, Placement, placement_fits_shape
-from slurm_rl.simulator.backfill import PlannedPass
+from slurm_rl.simulator.backfill import Candidates, PlannedPass
 
 NO_LIMIT = float("inf")
 SlurmScheduler = Literal["backfill", "builtin"]  # slurm.conf's SchedulerType=sched/<this>
@@ -53,9 +53,17 @@ class QueuedJob:
     one_of: tuple[Job, ...] = ()
     # the fewest GPUs any of its choices asks for (a pass's bound on what can still start)
     fewest_gpus: int = field(init=False, compare=False)
+    # what decides whether it can start now and where it is planned: jobs alike in it
+    # start, or are planned, alike (backfill.PlannedPass's no_start and planned_at)
+    start_key: tuple[object, ...] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
+        job = self.job
         object.__setattr__(self, "fewest_gpus", min(c.num_gpus for c in self.choices))
+        limit = job.time_limit if job.time_limit is not None else NO_LIMIT
+        object.__setattr__(self, "start_key", (
+            job.num_gpus, job.num_nodes, job.gpus_per_node, job.gpu_type, self.excluded,
+            limit, self.pin, len(self.choices)))
 
     @property
     def choices(self) -> tuple[Job, ...]:
@@ -86,15 +94,17 @@ def schedule_pass(
     depth: int = 500,
     scheduler: SlurmScheduler = "backfill",
     reservations: int = DEFAULT_RESERVATIONS,
+    candidates: Candidates | None = None,
 ) -> list[tuple[Job, Placement]]:
     """Jobs to start now, in start order, walking ``queue`` (highest priority first).
     ``free_gpus`` is updated in place; ``running`` is asked for only if a reservation is needed.
     Like slurmctld (``bf_max_job_test``), a pass looks at no more than ``depth`` jobs.
     ``scheduler``: ``backfill`` or ``builtin`` (the first unpinned job that cannot start ends
     the pass). Under backfill, up to ``reservations`` jobs that cannot start now are planned
-    (:mod:`slurm_rl.simulator.backfill`, Slurm's conservative backfill); 1 is EASY."""
+    (:mod:`slurm_rl.simulator.backfill`, Slurm's conservative backfill); 1 is EASY.
+    ``candidates``: what the planned passes keep from pass to pass (the caller's)."""
     if scheduler == "backfill" and reservations > 1:
-        planned = PlannedPass(now, free_gpus, running, cluster, reservations)
+        planned = PlannedPass(now, free_gpus, running, cluster, reservations, candidates)
         planned.walk(list(itertools.islice(queue, depth)))
         return planned.starts
     state = _Pass(now, free_gpus, running, cluster, backfill=scheduler == "backfill")
