@@ -170,3 +170,12 @@ def _random_queued(rng: np.random.Generator, cluster: Cluster, k: int) -> Queued
         one_of = tuple(replace(job, gpu_type=t) for t in ("a100", "v100"))
         return QueuedJob(job, -k, excluded=excluded, one_of=one_of)
     return QueuedJob(job, -k, excluded=excluded)
+
+
+def test_a_scan_whose_source_numba_cannot_cache_is_still_compiled() -> None:
+    """numba caches beside the module or in the user's cache; where it may write nowhere
+    (here: a function with no source file, as a read-only install with no home is for
+    numba) it refuses to cache, and the scan is compiled without the cache instead."""
+    namespace: dict[str, object] = {}
+    exec(compile("def twice(x):\n    return 2 * x\n", "<no file>", "exec"), namespace)
+    assert map_scan.compiled(namespace["twice"])(21) == 42

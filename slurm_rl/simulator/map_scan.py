@@ -21,11 +21,20 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-# numba's compiled functions carry no types mypy can read: the wrappers below do.
-_jit: Any = njit(cache=True, nogil=True)
+
+def compiled(function: Any) -> Any:
+    """``function`` compiled by numba, kept in numba's on-disk cache (beside this module,
+    in ``NUMBA_CACHE_DIR`` or in the user's cache folder) where numba finds one it may
+    write; else compiled anew in each process (a daemon whose package and home are read
+    only must still run: numba refuses to cache with nowhere to write). numba's compiled
+    functions carry no types mypy can read: the wrappers below give them."""
+    try:
+        return njit(cache=True, nogil=True)(function)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return njit(nogil=True)(function)
 
 
-@_jit  # type: ignore[untyped-decorator]
+@compiled
 def _window_end(times: np.ndarray, used: int, k: int, limit: float) -> int:
     """The first row at or after which the window from row ``k`` for ``limit`` seconds has
     ended (rows ``[k, end)`` start before ``times[k] + limit``); at least ``k + 1``."""
@@ -42,7 +51,7 @@ def _window_end(times: np.ndarray, used: int, k: int, limit: float) -> int:
     return low
 
 
-@_jit  # type: ignore[untyped-decorator]
+@compiled
 def _next_passing(rows: np.ndarray, times: np.ndarray, used: int, start: int, stop: int,
                   limit: float, columns: np.ndarray, group_starts: np.ndarray,
                   least: np.ndarray, needed: np.ndarray, drops: np.ndarray) -> int:
@@ -74,7 +83,7 @@ def _next_passing(rows: np.ndarray, times: np.ndarray, used: int, start: int, st
     return -1
 
 
-@_jit  # type: ignore[untyped-decorator]
+@compiled
 def _first_row(rows: np.ndarray, times: np.ndarray, used: int, start: int, stop: int,
                limit: float, columns: np.ndarray, group_starts: np.ndarray,
                least: np.ndarray, needed: np.ndarray) -> int:
@@ -84,7 +93,7 @@ def _first_row(rows: np.ndarray, times: np.ndarray, used: int, start: int, stop:
     return found
 
 
-@_jit  # type: ignore[untyped-decorator]
+@compiled
 def _fill(rows: np.ndarray, k: int, end: int, order: np.ndarray, shares: np.ndarray,
           chosen: np.ndarray) -> bool:
     """Slurm's first fit into ``chosen`` (one column per share); whether it found all."""
@@ -103,14 +112,14 @@ def _fill(rows: np.ndarray, k: int, end: int, order: np.ndarray, shares: np.ndar
     return False
 
 
-@_jit  # type: ignore[untyped-decorator]
+@compiled
 def _first_fit(rows: np.ndarray, k: int, end: int, order: np.ndarray,
                shares: np.ndarray) -> np.ndarray:
     chosen = np.empty(len(shares), dtype=np.int64)
     return chosen if _fill(rows, k, end, order, shares, chosen) else chosen[:0]
 
 
-@_jit  # type: ignore[untyped-decorator]
+@compiled
 def _first_placed(rows: np.ndarray, times: np.ndarray, used: int, start: int, stop: int,
                   limit: float, columns: np.ndarray, group_starts: np.ndarray,
                   least: np.ndarray, needed: np.ndarray, order: np.ndarray,
@@ -128,7 +137,7 @@ def _first_placed(rows: np.ndarray, times: np.ndarray, used: int, start: int, st
     return -1
 
 
-@_jit  # type: ignore[untyped-decorator]
+@compiled
 def _split_at(rows: np.ndarray, times: np.ndarray, used: int, when: float) -> tuple[int, int]:
     """The row that starts at ``when``, split off the one holding it if need be (the rows
     below shift down one); and the rows now in use."""
@@ -150,7 +159,7 @@ def _split_at(rows: np.ndarray, times: np.ndarray, used: int, when: float) -> tu
     return k + 1, used + 1
 
 
-@_jit  # type: ignore[untyped-decorator]
+@compiled
 def _book(rows: np.ndarray, times: np.ndarray, used: int, start: float, limit: float,
           columns: np.ndarray, gpus: np.ndarray) -> int:
     first, used = _split_at(rows, times, used, start)
