@@ -439,7 +439,10 @@ class SlurmJobState:
     valued: list[JobId] = field(default_factory=list)
     _one_of_cache: dict[JobId, tuple[Job, ...]] = field(default_factory=dict, init=False,
                                                         repr=False)
-    _entries: dict[JobId, QueuedJob] = field(default_factory=dict, init=False, repr=False)
+    # per job, the levers' version it was seen under and how the pass saw it (_queued)
+    _entries: dict[JobId, tuple[int, QueuedJob]] = field(default_factory=dict, init=False,
+                                                         repr=False)
+    _levers_version: int = field(default=0, init=False, repr=False)  # set_levers' calls
     # how long after a job's end slurmctld starts nothing on its nodes (SimConfig.end_lag_s)
     end_lag_s: float = 0.0
     completing: dict[int, float] = field(default_factory=dict)  # node -> when Slurm may use it
@@ -479,6 +482,7 @@ class SlurmJobState:
         actuator never clears its own: a job it placed once and now ranks without nodes
         keeps waiting for them). ``placed``: the jobs the decision starts now (with or
         without a pin Slurm accepted); ``urgent``: the ones the guard brings forward."""
+        self._levers_version += 1  # (pins, exclusions, releases change only here)
         self.ranking, self.released = ranking, frozenset(ranking)
         self.pins.update(pins)
         self.exclusions = {
@@ -540,16 +544,23 @@ class SlurmJobState:
 
     def _queued(self, job: Job, priority: float) -> QueuedJob:
         """The job as the pass sees it; the one of the last pass while nothing in it
-        changed (every pass asks for the whole queue again)."""
+        changed (every pass asks for the whole queue again): its priority, and its pin,
+        exclusions and choices, which only ``set_levers`` changes."""
         job_id = job.job_id
+        version = self._levers_version
+        seen = self._entries.get(job_id)
+        if seen is not None:
+            kept = seen[1]
+            if seen[0] == version and kept.priority == priority and kept.job is job:
+                return kept
         pin = self.pins.get(job_id)
         excluded, one_of = _NOT_EXCLUDED, _NO_CHOICES
         if job_id in self.released:
             excluded = self.exclusions.get(job_id, _NOT_EXCLUDED)
             one_of = self._one_of(job) if pin is None else ()
-        kept = self._entries.get(job_id)
-        if (kept is None or kept.job is not job or kept.priority != priority
+        if (seen is None or kept.job is not job or kept.priority != priority
                 or kept.pin is not pin or kept.excluded is not excluded
                 or kept.one_of is not one_of):
-            kept = self._entries[job_id] = QueuedJob(job, priority, pin, excluded, one_of)
+            kept = QueuedJob(job, priority, pin, excluded, one_of)
+        self._entries[job_id] = (version, kept)
         return kept
