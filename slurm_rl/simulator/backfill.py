@@ -29,6 +29,7 @@ from slurm_rl.simulator.map_scan import (
     Needs,
     Shape,
     book,
+    first_at_or_after,
     first_fit,
     first_passing_row,
     first_placement,
@@ -87,7 +88,7 @@ class FreeMap:
 
     def row_of(self, when: float) -> int:
         """The first row that starts at or after ``when``."""
-        return int(np.searchsorted(self.times, when, side="left"))
+        return first_at_or_after(self._times_buffer, self.used, when)
 
     def available(self, k: int, limit: float) -> list[int]:
         """Per node, the fewest GPUs free from ``times[k]`` for ``limit`` seconds."""
@@ -128,7 +129,7 @@ class Candidates:
         self._orders: dict[frozenset[int], list[int]] = {}
         self._columns: dict[tuple[int, str | None],
                             tuple[Sequence[int], list[int], np.ndarray]] = {}
-        self._shapes: dict[tuple[int, str | None, tuple[int, ...]],
+        self._shapes: dict[tuple[int, str | None, int, int | None, int | None],
                            tuple[Sequence[int], Shape]] = {}
         self._placements: dict[tuple[tuple[int, ...], tuple[int, ...]], Placement] = {}
 
@@ -156,12 +157,13 @@ class Candidates:
         many GPUs (the rows' own GPUs need no check: as many nodes as shares, each with
         room for its share or at least one GPU, hold the job's GPUs), and the first fit's
         order and shares."""
-        key = (id(order), job.gpu_type, fixed_shape(job))
+        key = (id(order), job.gpu_type, job.num_gpus, job.num_nodes, job.gpus_per_node)
         kept = self._shapes.get(key)
         if kept is None or kept[0] is not order:
             typed, _ = self.columns(order, job.gpu_type)
-            needs = Needs([(max(size, 1), count, typed) for size, count in _share_needs(key[2])])
-            kept = self._shapes[key] = (order, Shape(needs, typed, key[2]))
+            shares = fixed_shape(job)
+            needs = Needs([(max(size, 1), count, typed) for size, count in _share_needs(shares)])
+            kept = self._shapes[key] = (order, Shape(needs, typed, shares))
         return kept[1]
 
     def placement(self, chosen: tuple[int, ...], shares: tuple[int, ...]) -> Placement:

@@ -138,6 +138,18 @@ def _first_placed(rows: np.ndarray, times: np.ndarray, used: int, start: int, st
 
 
 @compiled
+def _first_at_or_after(times: np.ndarray, used: int, when: float) -> int:
+    low, high = 0, used
+    while low < high:
+        middle = (low + high) // 2
+        if times[middle] < when:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+@compiled
 def _split_at(rows: np.ndarray, times: np.ndarray, used: int, when: float) -> tuple[int, int]:
     """The row that starts at ``when``, split off the one holding it if need be (the rows
     below shift down one); and the rows now in use."""
@@ -215,12 +227,13 @@ class Shape:
     """A fixed shape's needs (:class:`Needs`) with the order its first fit walks (the job's
     candidate columns) and its shares, largest first, as the compiled scans take them."""
 
-    __slots__ = ("needs", "order", "shares", "share_array")
+    __slots__ = ("needs", "order", "shares", "share_array", "chosen")
 
     def __init__(self, needs: Needs, order: list[int], shares: tuple[int, ...]) -> None:
         self.needs, self.shares = needs, shares
         self.order = np.asarray(order, dtype=np.int64)
         self.share_array = np.asarray(shares, dtype=np.int64)
+        self.chosen = np.empty(len(shares), dtype=np.int64)  # the scans' output, reused
 
 
 def first_placement(rows: np.ndarray, times: np.ndarray, used: int, start: int, stop: int,
@@ -231,11 +244,10 @@ def first_placement(rows: np.ndarray, times: np.ndarray, used: int, start: int, 
     if start >= min(stop, used):
         return None
     needs = shape.needs
-    chosen = np.empty(len(shape.shares), dtype=np.int64)
     row = int(_first_placed(rows, times, used, start, min(stop, used), float(limit),
                             needs.columns, needs.group_starts, needs.least, needs.needed,
-                            shape.order, shape.share_array, chosen))
-    return (row, tuple(chosen.tolist())) if row >= 0 else None
+                            shape.order, shape.share_array, shape.chosen))
+    return (row, tuple(shape.chosen.tolist())) if row >= 0 else None
 
 
 def first_fit(rows: np.ndarray, k: int, end: int, shape: Shape) -> tuple[int, ...] | None:
@@ -255,3 +267,10 @@ def book(rows: np.ndarray, times: np.ndarray, used: int, start: float, limit: fl
     booked: int = _book(rows, times, used, float(start), float(limit),
                         np.asarray(columns, dtype=np.int64), np.asarray(gpus, dtype=np.int64))
     return booked
+
+
+def first_at_or_after(times: np.ndarray, used: int, when: float) -> int:
+    """The first of the ``used`` rows that starts at or after ``when`` (``used`` if none):
+    ``np.searchsorted(times[:used], when, side="left")``."""
+    first: int = _first_at_or_after(times, used, float(when))
+    return first
