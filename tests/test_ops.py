@@ -341,6 +341,9 @@ def test_the_packaged_config_loads_and_the_unit_runs_as_slurmuser() -> None:
     assert "\nUser=slurm\n" in unit and "User=root" not in unit
     assert "ExecStart=/usr/bin/slurm-rl daemon --config /etc/slurm-rl/slurm-rl.toml" in unit
     assert "ExecReload=/bin/kill -HUP $MAINPID" in unit
+    # numba's cache where the hardened unit may write (ProtectSystem=strict, ProtectHome)
+    assert "CacheDirectory=slurm-rl\n" in unit
+    assert "Environment=NUMBA_CACHE_DIR=/var/cache/slurm-rl/numba\n" in unit
     sysusers = (REPO / "packaging" / "slurm-rl.sysusers").read_text().splitlines()
     assert any(line.split()[:2] == ["u", "slurm"] for line in sysusers)
 
