@@ -35,20 +35,26 @@ def compiled(function: Any) -> Any:
 
 
 @compiled
+def _first_at_or_after(times: np.ndarray, low: int, high: int, when: float) -> int:
+    """The first row in ``[low, high)`` that starts at or after ``when`` (``high`` if
+    none): a binary search, ``times`` ascending."""
+    while low < high:
+        middle = (low + high) // 2
+        if times[middle] < when:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+@compiled
 def _window_end(times: np.ndarray, used: int, k: int, limit: float) -> int:
     """The first row at or after which the window from row ``k`` for ``limit`` seconds has
     ended (rows ``[k, end)`` start before ``times[k] + limit``); at least ``k + 1``."""
     if limit == math.inf:
         return used
-    target = times[k] + limit
-    low, high = k + 1, used
-    while low < high:
-        middle = (low + high) // 2
-        if times[middle] < target:
-            low = middle + 1
-        else:
-            high = middle
-    return low
+    found: int = _first_at_or_after(times, k + 1, used, times[k] + limit)
+    return found
 
 
 @compiled
@@ -135,18 +141,6 @@ def _first_placed(rows: np.ndarray, times: np.ndarray, used: int, start: int, st
             return k
         k += 1
     return -1
-
-
-@compiled
-def _first_at_or_after(times: np.ndarray, used: int, when: float) -> int:
-    low, high = 0, used
-    while low < high:
-        middle = (low + high) // 2
-        if times[middle] < when:
-            low = middle + 1
-        else:
-            high = middle
-    return low
 
 
 @compiled
@@ -272,5 +266,5 @@ def book(rows: np.ndarray, times: np.ndarray, used: int, start: float, limit: fl
 def first_at_or_after(times: np.ndarray, used: int, when: float) -> int:
     """The first of the ``used`` rows that starts at or after ``when`` (``used`` if none):
     ``np.searchsorted(times[:used], when, side="left")``."""
-    first: int = _first_at_or_after(times, used, float(when))
+    first: int = _first_at_or_after(times, 0, used, float(when))
     return first
