@@ -179,3 +179,24 @@ def test_a_scan_whose_source_numba_cannot_cache_is_still_compiled() -> None:
     namespace: dict[str, object] = {}
     exec(compile("def twice(x):\n    return 2 * x\n", "<no file>", "exec"), namespace)
     assert map_scan.compiled(namespace["twice"])(21) == 42
+
+
+def test_a_pin_short_of_the_jobs_gpus_and_a_nan_limit_plan_as_before() -> None:
+    """Two corners the engine never sends (it refuses such pins; loaders refuse such
+    limits) but a caller of the pass may: figures from the numpy plan before the scans
+    were compiled (b7932c7)."""
+    cluster = Cluster("c", tuple(Node(f"n{i}", "a100", 4) for i in range(2)))
+    running = [RunningShape(10.0, (0,), (4,)), RunningShape(20.0, (1,), (2,))]
+    blocker = QueuedJob(Job("b", 0.0, 4, num_nodes=1, time_limit=100.0), 0)
+    small = QueuedJob(Job("s", 0.0, 2, num_nodes=1, time_limit=15.0), -2)
+    short_pin = QueuedJob(Job("p", 0.0, 4, time_limit=5.0), -1, Placement(("n1",), (2,)))
+    planned = backfill.PlannedPass(0.0, [0, 2], lambda: running, cluster, 5)
+    planned.walk([blocker, short_pin, small])
+    assert [job.job_id for job, _ in planned.starts] == ["s"]  # p planned at 20, not 10
+    assert planned.map is not None and planned.map.times.tolist() == [0, 10, 15, 20, 25, 110]
+    unlimited = QueuedJob(Job("x", 0.0, 2, num_nodes=1, time_limit=math.nan), 0)
+    planned = backfill.PlannedPass(0.0, [0, 2], lambda: running, cluster, 5)
+    planned.walk([blocker, unlimited, small])
+    assert [job.job_id for job, _ in planned.starts] == ["x"]
+    assert planned.map is not None and planned.map.rows.tolist() == [[0, 0], [0, 0], [0, 2],
+                                                                     [4, 2]]

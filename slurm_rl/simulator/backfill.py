@@ -147,6 +147,8 @@ class Candidates:
         """``order`` less other GPU types' nodes, as a list and as an array."""
         kept = self._columns.get((id(order), gpu_type))
         if kept is None or kept[0] is not order:
+            if len(self._columns) >= 16 * self.LIMIT:
+                self._columns = {}
             typed = _of_type(gpu_type, self.cluster, order)
             kept = self._columns[id(order), gpu_type] = (
                 order, typed, np.asarray(typed, dtype=np.int64))
@@ -160,6 +162,8 @@ class Candidates:
         key = (id(order), job.gpu_type, job.num_gpus, job.num_nodes, job.gpus_per_node)
         kept = self._shapes.get(key)
         if kept is None or kept[0] is not order:
+            if len(self._shapes) >= 16 * self.LIMIT:
+                self._shapes = {}
             typed, _ = self.columns(order, job.gpu_type)
             shares = fixed_shape(job)
             needs = Needs([(max(size, 1), count, typed) for size, count in _share_needs(shares)])
@@ -182,22 +186,20 @@ def earliest(job: Job, pin: Placement | None, order: Sequence[int], free: FreeMa
              candidates: Candidates | None = None) -> tuple[int, Placement] | None:
     """The first row in ``[from_row, before_row)`` (``before_row``: the map's end if
     None) at which the job fits for its whole limit, and where: on its pin, or Slurm's
-    first fit over ``order``; None if it fits at none. ``candidates``: a pass's cache.
+    first fit over ``order``; None if it fits at none. ``candidates``: the caller's cache
+    (a fresh one if None).
 
     Rows are screened (compiled, :mod:`slurm_rl.simulator.map_scan`) on the job's
     candidate nodes (its pin, or ``order`` less the nodes of other GPU types) by a
     necessary condition: per share size, enough nodes free by that much throughout the
-    row's window (for a pin: each of its nodes by its GPUs, exact). A row that passes is
+    row's window (for a pin: each of its nodes by its GPUs). A row that passes is
     placed, first fit over ``order``, which decides; so the row found is the one a
     row-by-row walk finds (a free shape: see ``_earliest_free_shape``)."""
     limit = job_limit(job)
     times, used = free.times, free.used
     searched = used if before_row is None else min(before_row, used)
     if pin is not None:
-        needs = Needs([(gpus, 1, [cluster.index(node)])
-                       for node, gpus in zip(pin.nodes, pin.gpus, strict=True)])
-        pinned = first_passing_row(free.rows, times, used, from_row, limit, needs, searched)
-        return (pinned, pin) if pinned is not None else None
+        return _earliest_pinned(job, pin, free, cluster, from_row, searched)
     candidates = candidates or Candidates(cluster)
     typed, _ = candidates.columns(order, job.gpu_type)
     if job.gpus_per_node is None and job.num_nodes is None:
@@ -212,6 +214,23 @@ def earliest(job: Job, pin: Placement | None, order: Sequence[int], free: FreeMa
         return None
     row, chosen = found
     return row, candidates.placement(chosen, shape.shares)
+
+
+def _earliest_pinned(job: Job, pin: Placement, free: FreeMap, cluster: Cluster,
+                     from_row: int, searched: int) -> tuple[int, Placement] | None:
+    """``earliest`` on a pin: each of its nodes free by its GPUs throughout the window,
+    and the pin's nodes holding the job's GPUs at the row (implied, but for a pin that
+    gives the job fewer GPUs than it asks for: the engine refuses those, a caller may not)."""
+    columns = [cluster.index(node) for node in pin.nodes]
+    needs = Needs([(gpus, 1, [column]) for column, gpus in zip(columns, pin.gpus, strict=True)])
+    limit, row = job_limit(job), from_row
+    while True:
+        found = first_passing_row(free.rows, free.times, free.used, row, limit, needs, searched)
+        if found is None or pin.num_gpus >= job.num_gpus:
+            return (found, pin) if found is not None else None
+        if int(free.rows[found, columns].sum()) >= job.num_gpus:
+            return found, pin
+        row = found + 1
 
 
 def _share_needs(shares: tuple[int, ...]) -> list[tuple[int, int]]:

@@ -50,8 +50,9 @@ def _first_at_or_after(times: np.ndarray, low: int, high: int, when: float) -> i
 @compiled
 def _window_end(times: np.ndarray, used: int, k: int, limit: float) -> int:
     """The first row at or after which the window from row ``k`` for ``limit`` seconds has
-    ended (rows ``[k, end)`` start before ``times[k] + limit``); at least ``k + 1``."""
-    if limit == math.inf:
+    ended (rows ``[k, end)`` start before ``times[k] + limit``); at least ``k + 1``. An
+    unlimited (or NaN) limit ends past the last row, as ``np.searchsorted`` has it."""
+    if limit == math.inf or math.isnan(limit):
         return used
     found: int = _first_at_or_after(times, k + 1, used, times[k] + limit)
     return found
@@ -102,7 +103,10 @@ def _first_row(rows: np.ndarray, times: np.ndarray, used: int, start: int, stop:
 @compiled
 def _fill(rows: np.ndarray, k: int, end: int, order: np.ndarray, shares: np.ndarray,
           chosen: np.ndarray) -> bool:
-    """Slurm's first fit into ``chosen`` (one column per share); whether it found all."""
+    """Slurm's first fit into ``chosen`` (one column per share); whether it found all
+    (never, with no shares: no job asks for none)."""
+    if len(shares) == 0:
+        return False
     taken = 0
     for column in order:
         least = rows[k, column]
@@ -169,8 +173,8 @@ def _split_at(rows: np.ndarray, times: np.ndarray, used: int, when: float) -> tu
 def _book(rows: np.ndarray, times: np.ndarray, used: int, start: float, limit: float,
           columns: np.ndarray, gpus: np.ndarray) -> int:
     first, used = _split_at(rows, times, used, start)
-    last = used
-    if limit != math.inf:
+    last = used  # (to the map's end unless the limit is finite, as before)
+    if math.isfinite(limit):
         last, used = _split_at(rows, times, used, start + limit)
     for entry in range(len(columns)):
         for row in range(first, last):

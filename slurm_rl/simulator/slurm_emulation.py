@@ -442,7 +442,9 @@ class SlurmJobState:
     # per job, the levers' version it was seen under and how the pass saw it (_queued)
     _entries: dict[JobId, tuple[int, QueuedJob]] = field(default_factory=dict, init=False,
                                                          repr=False)
-    _levers_version: int = field(default=0, init=False, repr=False)  # set_levers' calls
+    # set_levers' calls: the pins, exclusions and releases change there only (and a started
+    # job's entry goes in forget); one who writes those fields directly must bump it too
+    _levers_version: int = field(default=0, init=False, repr=False)
     # how long after a job's end slurmctld starts nothing on its nodes (SimConfig.end_lag_s)
     end_lag_s: float = 0.0
     completing: dict[int, float] = field(default_factory=dict)  # node -> when Slurm may use it
