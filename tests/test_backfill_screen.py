@@ -200,3 +200,18 @@ def test_a_pin_short_of_the_jobs_gpus_and_a_nan_limit_plan_as_before() -> None:
     assert [job.job_id for job, _ in planned.starts] == ["x"]
     assert planned.map is not None and planned.map.rows.tolist() == [[0, 0], [0, 0], [0, 2],
                                                                      [4, 2]]
+
+
+def test_a_gang_kept_to_one_type_does_not_stand_for_an_untyped_job_of_its_shape() -> None:
+    """A released gang kept to a100 (Features=[a100]) that cannot start says nothing about
+    an eligible job of the same shape Slurm may place on any type (the start key once
+    counted the choices but not their types, and the untyped job waited)."""
+    cluster = Cluster("c", (Node("a", "a100", 4), Node("v", "v100", 4)))
+    gang = Job("x", 0.0, 2, time_limit=50.0)
+    kept = QueuedJob(gang, 0, one_of=(replace(gang, gpu_type="a100"),))
+    untyped = QueuedJob(Job("y", 0.0, 2, time_limit=50.0), -1)
+    assert kept.start_key != untyped.start_key
+    planned = backfill.PlannedPass(0.0, [0, 4], lambda: [RunningShape(100.0, (0,), (4,))],
+                                   cluster, 5)
+    planned.walk([kept, untyped])
+    assert [(job.job_id, p.nodes) for job, p in planned.starts] == [("y", ("v",))]

@@ -53,8 +53,9 @@ class QueuedJob:
     one_of: tuple[Job, ...] = ()
     # the fewest GPUs any of its choices asks for (a pass's bound on what can still start)
     fewest_gpus: int = field(init=False, compare=False)
-    # what decides whether it can start now and where it is planned: jobs alike in it
-    # start, or are planned, alike (backfill.PlannedPass's no_start and planned_at)
+    # what decides whether it can start now and where it is planned (its shape, limit,
+    # exclusions, pin and the GPU types it may take): jobs alike in it start, or are
+    # planned, alike (backfill.PlannedPass's no_start and planned_at)
     start_key: tuple[object, ...] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -63,7 +64,7 @@ class QueuedJob:
         limit = job.time_limit if job.time_limit is not None else NO_LIMIT
         object.__setattr__(self, "start_key", (
             job.num_gpus, job.num_nodes, job.gpus_per_node, job.gpu_type, self.excluded,
-            limit, self.pin, len(self.choices)))
+            limit, self.pin, tuple(c.gpu_type for c in self.choices)))
 
     @property
     def choices(self) -> tuple[Job, ...]:
