@@ -123,13 +123,6 @@ def _fill(rows: np.ndarray, k: int, end: int, order: np.ndarray, shares: np.ndar
 
 
 @compiled
-def _first_fit(rows: np.ndarray, k: int, end: int, order: np.ndarray,
-               shares: np.ndarray) -> np.ndarray:
-    chosen = np.empty(len(shares), dtype=np.int64)
-    return chosen if _fill(rows, k, end, order, shares, chosen) else chosen[:0]
-
-
-@compiled
 def _first_placed(rows: np.ndarray, times: np.ndarray, used: int, start: int, stop: int,
                   limit: float, columns: np.ndarray, group_starts: np.ndarray,
                   least: np.ndarray, needed: np.ndarray, order: np.ndarray,
@@ -252,8 +245,9 @@ def first_fit(rows: np.ndarray, k: int, end: int, shape: Shape) -> tuple[int, ..
     """Slurm's first fit of ``shape`` over its order, on the fewest GPUs each column holds
     in rows ``[k, end)``: a column takes the next share if it holds that many GPUs and at
     least one (as ``nodesets.place_in_order``). The chosen columns, one per share, or None."""
-    chosen = _first_fit(rows, k, end, shape.order, shape.share_array)
-    return tuple(chosen.tolist()) if len(chosen) else None
+    if not _fill(rows, k, end, shape.order, shape.share_array, shape.chosen):
+        return None
+    return tuple(shape.chosen.tolist())
 
 
 def book(rows: np.ndarray, times: np.ndarray, used: int, start: float, limit: float,
