@@ -83,3 +83,36 @@ def test_without_limits_the_holder_and_the_emulations_own_model_agree() -> None:
             state.set_levers(ranking, pins, pending=pending, now=float(step), urgent=forward,
                              placed=pins)
         assert _order(plain, pending) == _order(held, pending), step
+
+
+def test_promoted_jobs_go_above_a_higher_value_even_when_theirs_already_decrease() -> None:
+    """a, b and c promoted again in the order their values already have, below d's value:
+    keeping their values and planning d lower would change nothing Slurm holds (d's value
+    is not the decision's to send), so they rise above d."""
+    held = HeldPriorities(PriorityLimits())
+    alive = ["a", "b", "c", "d"]
+    held.apply(["a", "b", "c"], 0.0, alive)
+    held.apply(["d"], 1.0, alive)
+    held.apply(["a", "b", "c"], 2.0, alive)
+    assert sorted(held.values, key=lambda job: -held.values[job]) == ["a", "b", "c", "d"]
+
+
+def test_without_limits_a_steady_ranking_keeps_the_holder_and_the_model_in_step() -> None:
+    """As above, with a ranking that keeps its order from decision to decision (a learned
+    agent's scores move slowly): the promoted jobs' values then already decrease along it,
+    which is where the walk once kept them below an older promoted job."""
+    rng = random.Random(11)
+    ids = [f"j{i:02d}" for i in range(40)]
+    plain, held = SlurmJobState(), SlurmJobState(held=HeldPriorities(PriorityLimits()))
+    pending = _jobs(*ids[:10])
+    for step in range(80):
+        if step % 2 == 0 and len(pending) < len(ids):
+            new = ids[len(pending)]
+            pending[new] = Job(new, float(len(pending)), 1, oracle_duration=60.0)
+        if step % 4 == 3:
+            del pending[rng.choice(sorted(pending))]
+        ranking = tuple(sorted(pending, reverse=rng.random() < 0.2))
+        placed = rng.sample(ranking, rng.randint(0, min(4, len(ranking))))
+        for state in (plain, held):
+            state.set_levers(ranking, {}, pending=pending, now=float(step), placed=placed)
+        assert _order(plain, pending) == _order(held, pending), step

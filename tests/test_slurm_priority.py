@@ -104,6 +104,28 @@ def test_the_limits_hold_and_the_changed_jobs_stay_in_order(
     assert all(v >= FLOOR for v in moved)
 
 
+@settings(max_examples=200, deadline=None)
+@given(promoted=st.integers(1, 12), context=st.integers(1, 12), seed=st.integers(0, 2**16),
+       tolerance=st.integers(0, 3))
+def test_the_jobs_planned_around_keep_their_values_and_the_others_rise_above(
+    promoted: int, context: int, seed: int, tolerance: int
+) -> None:
+    """The actuator's order: the promoted jobs, then the others holding a value of ours by
+    value (``above_the_held``), whose values are never sent. Whatever values the promoted
+    jobs hold, every one the plan changes ends above every job planned around."""
+    rng = random.Random(seed)
+    top = [f"p{i}" for i in range(promoted)]
+    values = rng.sample(range(FLOOR, FLOOR + 400), context)
+    around = {f"c{i}": v for i, v in enumerate(sorted(values, reverse=True))}
+    current: dict[str, int | None] = {
+        **{j: rng.choice([None, rng.randint(FLOOR, FLOOR + 400)]) for j in top}, **around}
+    plan = plan_priorities([*top, *around], current, FLOOR, PriorityLimits(tolerance),
+                           fixed=frozenset(around))
+    assert {j: plan.wanted[j] for j in around} == around
+    for job in top:
+        assert job in plan.withheld or plan.wanted[job] > max(around.values()), job
+
+
 def _priorities_sent(report: ActuationReport) -> list[tuple[str, tuple[str, ...]]]:
     return [(outcome.job_id, outcome.argv) for outcome in report.outcomes
             if outcome.sent and any(arg.startswith("Priority=") for arg in outcome.argv)]
@@ -216,3 +238,33 @@ def test_a_job_pinned_now_goes_above_the_unplaced_jobs_ranked_before_it() -> Non
     jobs = json.loads(fixture_text("22.05", "squeue.json"))["jobs"]
     held = {str(job["job_id"]): job["priority"] for job in jobs}
     assert sent["10"] > sent.get("3", held["3"])
+
+
+def test_promoted_jobs_go_above_a_job_still_holding_a_higher_priority_of_ours() -> None:
+    """Jobs 10 and 11 are placed now and already hold values of ours in their ranked order,
+    below job 3's, an earlier decision's. Only the promoted jobs' values are sent, so they
+    must rise above job 3's: the walk's run of unchanged values may not keep theirs and plan
+    job 3 lower instead (it did once, and job 3 stayed first in Slurm)."""
+    runner = recorded_cluster("22.05")
+    runner.default = CommandResult((), 0, "", "")
+    doc = json.loads(fixture_text("22.05", "squeue.json"))
+    jobs = doc["jobs"]
+    eleven = json.loads(json.dumps(next(j for j in jobs if str(j["job_id"]) == "10")))
+    jobs.append({**eleven, "job_id": 11, "name": "eleven"})
+    held = {"3": FLOOR + 300, "10": FLOOR + 200, "11": FLOOR + 100}
+    for job in jobs:
+        if str(job["job_id"]) in held:
+            job["priority"] = held[str(job["job_id"])]
+    runner.answer(("squeue", "--json"), json.dumps(doc))
+    source = SlurmSource(CliSlurmClient(runner=runner), clock=lambda: 1795970565.0)
+    actuator = SlurmActuator(CliSlurmClient(runner=runner), ActuatorConfig(mode=Mode.ENFORCE),
+                             pins=source.pins, clock=lambda: 1795970565.0)
+    snapshot, state = source.observe()
+    assert sorted(job.job_id for job in snapshot.pending) == ["10", "11", "3"]
+    node = snapshot.cluster.nodes[0].name
+    placed = {job_id: Placement((node,), (1,)) for job_id in ("10", "11")}
+    report = actuator.apply(Decision("p", ("10", "11", "3"), placed), state)
+    sent = {o.job_id: int(a.split("=", 1)[1]) for o in report.outcomes for a in o.argv
+            if a.startswith("Priority=")}
+    assert "3" not in sent  # not promoted: it keeps its value
+    assert sent["10"] > sent["11"] > held["3"]

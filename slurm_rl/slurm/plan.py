@@ -324,8 +324,10 @@ def _release_updates(
     ``promoted`` ones (:func:`promoted_order`), highest first."""
     order = promoted_order(ranked, promoted, state, config.priority_floor)
     current = {job.job_id: job.priority for job in state.managed.values()}
+    # only the promoted jobs' values are sent: the others keep theirs, planned around
     priorities = plan_priorities(order, current, config.priority_floor,
-                                 config.priority_limits, memory.may_reprioritize)
+                                 config.priority_limits, memory.may_reprioritize,
+                                 fixed=frozenset(order) - frozenset(promoted))
     planned.withheld.update({job: why for job, why in priorities.withheld.items()
                              if job in promoted})
     for job in ranked:

@@ -19,7 +19,8 @@ still send a stream of updates, so :func:`plan_priorities` holds some changes ba
 * **cap**: at most ``per_cycle`` jobs change in one call, the highest-ranked first.
 
 A job held back is left out of the walk: the jobs around it are ordered among themselves,
-and the held job sits where its old value puts it.
+and the held job sits where its old value puts it. A job whose value is context only (the
+caller sends none for it: ``fixed``) is always kept, and the others are planned around it.
 
 The hourly count is :class:`PriorityBudget`'s; :class:`HeldPriorities` is the two together
 as slurmctld ends up holding them, for the simulator's emulation of Slurm (the live actuator
@@ -77,9 +78,12 @@ def plan_priorities(
     limits: PriorityLimits,
     may_change: Callable[[str], bool] = lambda _job: True,
     ceiling: int = PRIORITY_CEILING,
+    fixed: Collection[str] = frozenset(),
 ) -> PriorityPlan:
-    """The priorities to hold, with ``limits`` applied (module docstring)."""
-    wanted, top = _walk(ranking, current, floor, ceiling, frozenset())
+    """The priorities to hold, with ``limits`` applied (module docstring). ``fixed``: jobs
+    of ``ranking`` whose values are context, never sent (:func:`above_the_held`): they keep
+    theirs and the others are planned around them."""
+    wanted, top = _walk(ranking, current, floor, ceiling, frozenset(), fixed)
     if top >= ceiling:  # renumbering is rare and must be whole: no limit applies
         return PriorityPlan(renumber(ranking, floor, ceiling))
     withheld = {job: TOLERANCE for job in _tolerated(ranking, current, wanted, floor, ceiling,
@@ -87,7 +91,7 @@ def plan_priorities(
     # Holding a job back reshapes the run the others keep, which may change jobs the last
     # pass did not: every pass checks the rate and the cap again (each holds more back).
     for _ in range(len(ranking) + 1):
-        wanted, _top = _walk(ranking, current, floor, ceiling, frozenset(withheld))
+        wanted, _top = _walk(ranking, current, floor, ceiling, frozenset(withheld), fixed)
         changes = _changes(ranking, wanted, current)
         over_rate = [job for job in changes if not may_change(job)]
         if over_rate:
@@ -110,20 +114,46 @@ def _walk(
     floor: int,
     ceiling: int,
     held: Collection[str],
+    fixed: Collection[str] = frozenset(),
 ) -> tuple[dict[str, int], int]:
     """Values for the jobs of ``ranking`` not ``held``: the longest run of jobs whose
     priorities of ours already decrease along the ranking keeps them (the fewest changes),
     and every other job gets a value in the gap between its kept neighbours; returns the
-    values and the highest one (``ceiling`` or more: renumber)."""
+    values and the highest one (``ceiling`` or more: renumber). The ``fixed`` jobs holding
+    a value of ours are always kept: a run may take another job only between them."""
     active = [job for job in ranking if job not in held]
     ours = {job: value for job in active
             if (value := current.get(job)) is not None and _is_ours(value, floor, ceiling)}
-    kept = _longest_decreasing(active, ours)
+    anchors = frozenset(job for job in fixed if job in ours)
+    kept = _longest_decreasing_around(active, ours, anchors)
     while True:
-        wanted = _fill_gaps(active, ours, kept, floor, ceiling)
+        wanted = _fill_gaps(active, ours, kept, floor, ceiling, anchors)
         if isinstance(wanted, dict):
             return wanted, max(wanted.values(), default=floor - 1)
         kept.discard(wanted)  # that gap is too narrow: its kept neighbour moves too
+
+
+def _longest_decreasing_around(active: Sequence[str], ours: Mapping[str, int],
+                               anchors: Collection[str]) -> set[str]:
+    """The longest decreasing run that keeps every job of ``anchors``: between two
+    anchors (or the ends), the longest run of the jobs whose values lie strictly between
+    theirs. Without anchors, :func:`_longest_decreasing` of the whole ranking."""
+    if not anchors:
+        return _longest_decreasing(active, ours)
+    kept: set[str] = set(anchors)
+    segment: list[str] = []
+    above: str | None = None
+    for job in [*active, None]:
+        if job is not None and job not in anchors:
+            segment.append(job)
+            continue
+        hi = ours[above] if above is not None else None
+        lo = ours[job] if job is not None else None
+        inside = {j: v for j in segment if (v := ours.get(j)) is not None
+                  and (hi is None or v < hi) and (lo is None or v > lo)}
+        kept |= _longest_decreasing(segment, inside)
+        segment, above = [], job
+    return kept
 
 
 def _longest_decreasing(active: Sequence[str], ours: Mapping[str, int]) -> set[str]:
@@ -152,9 +182,9 @@ def _longest_decreasing(active: Sequence[str], ours: Mapping[str, int]) -> set[s
 
 
 def _fill_gaps(active: Sequence[str], ours: Mapping[str, int], kept: set[str], floor: int,
-               ceiling: int) -> dict[str, int] | str:
+               ceiling: int, anchors: Collection[str] = frozenset()) -> dict[str, int] | str:
     """Values for the jobs between kept ones; or the kept job to give up when a gap has
-    no room (a segment's upper neighbour, else its lower one)."""
+    no room (a segment's upper neighbour, else its lower one; never one of ``anchors``)."""
     wanted = {job: ours[job] for job in kept}
     segment: list[str] = []
     above: str | None = None
@@ -167,10 +197,10 @@ def _fill_gaps(active: Sequence[str], ours: Mapping[str, int], kept: set[str], f
             lo = ours[job] if job is not None else None
             values = _segment_values(len(segment), lo, hi, floor, ceiling)
             if values is None:
-                give_up = above if above is not None else job
-                if give_up is None:  # nothing kept and still no room: renumber
+                movable = [j for j in (above, job) if j is not None and j not in anchors]
+                if not movable:  # nothing to give up and still no room: renumber
                     return {j: ceiling for j in active}
-                return give_up
+                return movable[0]
             wanted.update(zip(segment, values, strict=True))
             segment = []
         above = job
@@ -303,8 +333,9 @@ class HeldPriorities:
         the result for the promoted ones; the others keep theirs."""
         values = {job: v for job, v in self._values.items() if job in alive}
         may_change = self.budget.may_change(now, alive, urgent)
-        planned = plan_priorities(above_the_held(promoted, values), values, self.floor,
-                                  self.limits, may_change)
+        order = above_the_held(promoted, values)
+        planned = plan_priorities(order, values, self.floor, self.limits, may_change,
+                                  fixed=order[len(promoted):])
         for job in promoted:
             value = planned.wanted.get(job)
             if value is not None and values.get(job) != value:
