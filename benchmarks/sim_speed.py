@@ -47,8 +47,11 @@ import hashlib, json, sys, time
 from slurm_rl.agents.registry import make_scheduler
 from slurm_rl.scenario import Scenario, replay
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
-from slurm_rl.simulator.engine import SimConfig
 from slurm_rl.simulator.perfmodel import datasheet_gpu_speeds
+try:
+    from slurm_rl.simulator.sim_config import SimConfig
+except ImportError:  # older commits: it lived in the engine
+    from slurm_rl.simulator.engine import SimConfig
 from slurm_rl.workloads import open_workload
 a = json.loads(sys.argv[1])
 trace = open_workload(a["trace"], window_spec=a["window"], days=a["days"])

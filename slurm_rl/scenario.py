@@ -13,10 +13,11 @@ from slurm_rl.core import Cluster, Job
 from slurm_rl.loop import DecisionMaker, run_loop
 from slurm_rl.metrics import ScheduleMetrics, compute_metrics
 from slurm_rl.simulator.cluster_spec import ClusterSpec
-from slurm_rl.simulator.engine import ActionMode, SimConfig, Simulation
+from slurm_rl.simulator.engine import Simulation
 from slurm_rl.simulator.fluctuation import MachineFluctuation
 from slurm_rl.simulator.outcomes import JobOutcome, Timeline
 from slurm_rl.simulator.perfmodel import PerformanceModel, datasheet_gpu_speeds
+from slurm_rl.simulator.sim_config import ActionMode, SimConfig
 from slurm_rl.simulator.speed import FixedSpeedModel, SpeedModel
 from slurm_rl.simulator.world import SimActuator, TraceSource
 from slurm_rl.traces import Trace

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 
 from slurm_rl.core import Cluster, Job, Node
 from slurm_rl.loop import DecisionMaker, run_loop
-from slurm_rl.simulator.engine import SimConfig, Simulation
+from slurm_rl.simulator.engine import Simulation
 from slurm_rl.simulator.perfmodel import PerformanceModel
+from slurm_rl.simulator.sim_config import SimConfig
 from slurm_rl.simulator.slurm_emulation import PriorityHolder, SlurmScheduler
 from slurm_rl.simulator.speed import FixedSpeedModel
 from slurm_rl.simulator.world import SimActuator, TraceSource

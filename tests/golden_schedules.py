@@ -21,8 +21,8 @@ from slurm_rl.offered_load import load_points
 from slurm_rl.scenario import PerformanceMode, Scenario, replay
 from slurm_rl.scheduler import Scheduler
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
-from slurm_rl.simulator.engine import SimConfig
 from slurm_rl.simulator.perfmodel import datasheet_gpu_speeds
+from slurm_rl.simulator.sim_config import SimConfig
 from slurm_rl.workloads import open_workload
 
 FIXTURE = Path(__file__).parent / "fixtures" / "golden_schedules.json"

@@ -4,6 +4,7 @@ whose numbers are simple enough to check by hand (the measured model is tested o
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from slurm_rl.agents.registry import make_scheduler
 from slurm_rl.core import Cluster, Job, Node
@@ -11,8 +12,9 @@ from slurm_rl.fairness import LONGEST_HOLD_S, RankingRules
 from slurm_rl.offered_load import load_points
 from slurm_rl.scenario import Scenario, replay
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
-from slurm_rl.simulator.engine import SimConfig, Simulation
+from slurm_rl.simulator.engine import Simulation
 from slurm_rl.simulator.perfmodel import datasheet_gpu_speeds
+from slurm_rl.simulator.sim_config import SimConfig
 from slurm_rl.simulator.speed import SpeedModel
 from slurm_rl.workloads import open_workload
 
@@ -57,11 +59,11 @@ def job(job_id: str, submit: float, gpus: int, duration: float, **extra: object)
 
 def simulation(jobs: list[Job], mode: str = "direct", cycle_s: float = 0.0,
                cluster: Cluster | None = None, defer_window_s: float = 30.0,
-               hold_cap_s: float = SimConfig.hold_cap_s) -> Simulation:
+               hold_cap_s: float = SimConfig.hold_cap_s, **config_fields: Any) -> Simulation:
     cluster = cluster or small_cluster()
     speed = SpeedModel(cluster, SimplePerformance(), "V100", None)  # type: ignore[arg-type]
     config = SimConfig(mode=mode, cycle_s=cycle_s, defer_window_s=defer_window_s,  # type: ignore[arg-type]
-                       hold_cap_s=hold_cap_s)
+                       hold_cap_s=hold_cap_s, **config_fields)
     return Simulation(cluster, sorted(jobs, key=lambda j: j.submit_time), speed, None, config)
 
 

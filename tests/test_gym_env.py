@@ -14,8 +14,8 @@ from slurm_rl.gym_env import SLOT_FEATURES, SchedulingEnv
 from slurm_rl.scenario import Scenario, replay
 from slurm_rl.scheduler import Scheduler
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
-from slurm_rl.simulator.engine import ActionMode, SimConfig
 from slurm_rl.simulator.outcomes import JobOutcome
+from slurm_rl.simulator.sim_config import ActionMode, SimConfig
 from slurm_rl.traces import synthetic_philly, window
 
 

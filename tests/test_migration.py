@@ -87,6 +87,41 @@ def test_a_move_to_busy_nodes_is_refused_and_the_job_keeps_running():
     assert [r.placement for r in sim.peek().running if r.job.job_id == "slow"] == [ON_V100]
 
 
+TO_A100_1 = Placement(("a100-1",), (4,))
+
+
+def on_the_v100s(cap: int | None):
+    """``s0`` and ``s1`` (checkpointable) running on ``v100-0`` and ``v100-1``, the A100s
+    free; at most ``cap`` moves a decision."""
+    sim = simulation([job(j, 0.0, 4, 10_000.0, checkpointable=True) for j in ("s0", "s1")],
+                     migrations_per_cycle=cap)
+    assert sim.next_snapshot() is not None
+    pins = {"s0": ON_V100, "s1": Placement(("v100-1",), (4,))}
+    sim.apply(Decision("pin", tuple(pins), pins))
+    return sim
+
+
+def on_an_a100(sim) -> set[str]:
+    return {r.job.job_id for r in sim.peek().running if r.placement.nodes[0].startswith("a100")}
+
+
+@pytest.mark.parametrize(("cap", "moved"), [(None, {"s0", "s1"}), (2, {"s0", "s1"}),
+                                            (1, {"s0"}), (0, set())])
+def test_a_decision_moves_at_most_the_cap_in_its_order(cap, moved):
+    """As the daemon sends at most ``max_migrations_per_cycle`` moves, none without
+    ``migrate`` (the gate's and fine-tuning's replays play it so: ``LiveWorld``)."""
+    sim = on_the_v100s(cap)
+    sim.apply(Decision("mover", (), migrations={"s0": TO_A100, "s1": TO_A100_1}))
+    assert on_an_a100(sim) == moved
+    assert sim.rejected_actions == 0  # a move past the cap is not sent, not refused
+
+
+def test_a_move_that_cannot_be_made_does_not_use_up_the_cap():
+    sim = on_the_v100s(1)
+    sim.apply(Decision("mover", (), migrations={"gone": TO_A100, "s1": TO_A100_1}))
+    assert on_an_a100(sim) == {"s1"} and sim.rejected_actions == 1
+
+
 class FixedMoves(FirstFit):
     """First-fit placement that moves whatever job runs on ``v100-0`` into the free GPUs."""
 

@@ -23,8 +23,8 @@ from slurm_rl.core import Job
 from slurm_rl.gym_env import SchedulingEnv
 from slurm_rl.scenario import Scenario
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
-from slurm_rl.simulator.engine import SimConfig
 from slurm_rl.simulator.outcomes import JobOutcome, Timeline
+from slurm_rl.simulator.sim_config import SimConfig
 from slurm_rl.traces import synthetic_philly, window
 from slurm_rl.training.actors import RolloutConfig
 from slurm_rl.training.rewards import job_rewards, run_charges

@@ -8,8 +8,8 @@ import pytest
 from slurm_rl.agents.registry import make_scheduler
 from slurm_rl.scenario import Scenario, build_simulation, replay
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
-from slurm_rl.simulator.engine import SimConfig
 from slurm_rl.simulator.perfmodel import datasheet_gpu_speeds as gpu_speed_table
+from slurm_rl.simulator.sim_config import SimConfig
 from slurm_rl.traces import synthetic_philly
 
 

@@ -19,8 +19,9 @@ from slurm_rl.core import (
 )
 from slurm_rl.loop import run_loop
 from slurm_rl.scheduler import Scheduler
-from slurm_rl.simulator.engine import SimConfig, Simulation
+from slurm_rl.simulator.engine import Simulation
 from slurm_rl.simulator.fluctuation import FluctuationConfig, MachineFluctuation
+from slurm_rl.simulator.sim_config import SimConfig
 from slurm_rl.simulator.slurm_emulation import valid_pin
 from slurm_rl.simulator.speed import SpeedModel
 from slurm_rl.simulator.world import SimActuator, TraceSource

@@ -34,7 +34,7 @@ from slurm_rl.agents.registry import make_scheduler
 from slurm_rl.cli.main import main
 from slurm_rl.scenario import Scenario, gpu_speed_table, replay
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
-from slurm_rl.simulator.engine import SimConfig
+from slurm_rl.simulator.sim_config import SimConfig
 from slurm_rl.simulator.slurm_emulation import SlurmScheduler
 from slurm_rl.traces.schema_csv import read_schema_csv
 

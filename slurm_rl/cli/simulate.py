@@ -19,7 +19,7 @@ from slurm_rl.replicas import print_means, replicas_json, write_reports
 from slurm_rl.report import as_json, print_table, write_report
 from slurm_rl.scenario import ReplayResult, Scenario, gpu_speed_table, replay
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
-from slurm_rl.simulator.engine import SimConfig
+from slurm_rl.simulator.sim_config import SimConfig
 from slurm_rl.simulator.slurm_emulation import SlurmScheduler
 from slurm_rl.workloads import open_measured_workload
 

@@ -3,25 +3,36 @@ the gate's replays both happen there, so a candidate is trained and judged where
 
 A policy meets other queues under other rules: with ``dispatch = true`` only it starts jobs,
 until a hold reaches ``defer_cap_s``; the fairness guard and ``--nice`` re-rank what it
-ranks; an untyped gang stays on one GPU type unless ``allow_mixed_gpu_types``. On the
-tests' logged window fifo+best-fit's mean JCT is 6,375 s without dispatch and 5,678 s with
-it and a 2-hour hold cap (at the default 600 s cap, holds end before the queue drains and
-the figures are as without dispatch).
+ranks; an untyped gang stays on one GPU type unless ``allow_mixed_gpu_types``; its priority
+changes are held back by the actuator's limits (``priority_tolerance_ranks``,
+``priority_updates_per_job_hour``, ``priority_updates_per_cycle``, from ``priority_floor``
+up); its moves of running jobs happen only with ``migrate``, at most
+``max_migrations_per_cycle`` a cycle. A candidate whose gain came from moves the daemon would
+not send, or from priority changes its limits would hold back, is judged without them.
+
+On the tests' logged window (tests/retrain/test_gate_and_retrain.py) fifo+best-fit's mean JCT
+is 5,378 s without dispatch and 5,442 s with it and a 2-hour hold cap (at the default 600 s
+cap, holds end before the queue drains and the figures are as without dispatch); the shipped
+agent and a damaged copy of it, 3,304 and 6,590 s with dispatch, but 5,529 and 4,918 s
+without it: under the daemon's limits little of a ranking reaches Slurm without dispatch.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from slurm_rl.config import DaemonConfig
 from slurm_rl.fairness import RankingRules
-from slurm_rl.simulator.engine import SimConfig
+from slurm_rl.simulator.sim_config import SimConfig
+from slurm_rl.slurm.priority import HeldPriorities, PriorityLimits
 
 if TYPE_CHECKING:
     from slurm_rl.training.pool import WorldSpec
 
 _DAEMON = DaemonConfig.model_fields  # the defaults below are the daemon's
+_ACTUATOR = DaemonConfig().actuator_config
 
 
 @dataclass(frozen=True)
@@ -33,22 +44,36 @@ class LiveWorld:
     defer_window_s: float = float(_DAEMON["defer_window_s"].default)
     hold_cap_s: float = float(_DAEMON["defer_cap_s"].default)
     one_gpu_type: bool = not _DAEMON["allow_mixed_gpu_types"].default
+    priority_limits: PriorityLimits = _ACTUATOR.priority_limits
+    priority_floor: int = _ACTUATOR.priority_floor
+    migrations_per_cycle: int = _ACTUATOR.max_migrations if _ACTUATOR.migrate else 0
 
     @classmethod
     def of(cls, config: DaemonConfig, cycle_s: float | None = None,
            defer_window_s: float | None = None) -> LiveWorld:
         """The world of a daemon run with ``config`` (its ranking rules, interval, deferral
-        window, ``defer_cap_s`` and ``allow_mixed_gpu_types``); a replay may decide at
-        another pace or deferral window (``slurm-rl retrain --cycle``, ``--defer-window``)."""
+        window, ``defer_cap_s``, ``allow_mixed_gpu_types``, its actuator's limits on priority
+        changes and on moves); a replay may decide at another pace or deferral window
+        (``slurm-rl retrain --cycle``, ``--defer-window``)."""
+        actuator = config.actuator_config
         return cls(config.ranking_rules,
                    config.interval_s if cycle_s is None else cycle_s,
                    config.defer_window_s if defer_window_s is None else defer_window_s,
-                   config.defer_cap_s, not config.allow_mixed_gpu_types)
+                   config.defer_cap_s, not config.allow_mixed_gpu_types,
+                   actuator.priority_limits, actuator.priority_floor,
+                   actuator.max_migrations if actuator.migrate else 0)
+
+    def held_priorities(self) -> partial[HeldPriorities]:
+        """A fresh holder of the priorities the daemon's actuator leaves in Slurm, one per
+        replay (a ``partial``: the training pool's worker processes receive it pickled)."""
+        return partial(HeldPriorities, self.priority_limits, self.priority_floor)
 
     def sim_config(self) -> SimConfig:
-        """The gate's replays: Slurm mode at the daemon's pace, holds and type rule."""
+        """The gate's replays: Slurm mode at the daemon's pace, holds, type rule and limits."""
         return SimConfig(mode="slurm", cycle_s=self.cycle_s, defer_window_s=self.defer_window_s,
-                         hold_cap_s=self.hold_cap_s, one_gpu_type=self.one_gpu_type)
+                         hold_cap_s=self.hold_cap_s, one_gpu_type=self.one_gpu_type,
+                         held_priorities=self.held_priorities(),
+                         migrations_per_cycle=self.migrations_per_cycle)
 
     def world_spec(self, trace: str, cluster: str) -> WorldSpec:
         """The fine-tuning episodes' world, the same as :meth:`sim_config`'s."""
@@ -56,7 +81,8 @@ class LiveWorld:
 
         return WorldSpec(trace, cluster, cycle_s=self.cycle_s, dispatch=self.rules.dispatch,
                          hold_cap=self.hold_cap_s, defer_window_s=self.defer_window_s,
-                         one_gpu_type=self.one_gpu_type)
+                         one_gpu_type=self.one_gpu_type, held_priorities=self.held_priorities(),
+                         migrations_per_cycle=self.migrations_per_cycle)
 
     def describe(self) -> dict[str, object]:
         """For a candidate's meta.json: the world it was fine-tuned in."""

@@ -16,9 +16,9 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from slurm_rl.core import (
     Cluster,
@@ -35,12 +35,10 @@ from slurm_rl.simulator.backfill import Candidates
 from slurm_rl.simulator.columns import ArrivalColumns
 from slurm_rl.simulator.holds import DeferralBook, HoldTimes, extensions
 from slurm_rl.simulator.outcomes import JobOutcome, Timeline
+from slurm_rl.simulator.sim_config import SimConfig
 from slurm_rl.simulator.slurm_emulation import (
-    DEFAULT_RESERVATIONS,
-    PriorityHolder,
     RunningShape,
     SlurmJobState,
-    SlurmScheduler,
     capacity_outside,
     one_type_sizes,
     schedule_pass,
@@ -51,56 +49,9 @@ from slurm_rl.simulator.speed import SpeedModel
 if TYPE_CHECKING:
     from slurm_rl.simulator.fluctuation import MachineFluctuation
 
-ActionMode = Literal["direct", "slurm"]
 _FINISH, _STEP, _EXPIRE, _TICK, _LEVERS = 0, 1, 2, 3, 4
 # Held jobs get a decision this often when nothing changes (it sees the same queue and free
 _REVIEW_S = 600.0  # GPUs, so it mostly renews holds; the daemon decides every cycle)
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """How the simulated world behaves around the policy.
-
-    ``cycle_s``: decisions happen at most once per cycle, aligned to it (0 = at every event),
-    as the daemon polls Slurm. ``defer_window_s``: in ``slurm`` mode, how long the job_submit
-    plugin defers a new job for the daemon to decide on it. ``hold_cap_s``: the longest the
-    daemon may hold a job back after submit before it is left to Slurm. ``slurm_queue_depth``:
-    how many queued jobs one emulated scheduling pass looks at (Slurm's ``bf_max_job_test``).
-    ``restart_overhead_s``: what a migrated job loses, in seconds of work on the trace's
-    reference hardware: the work since its last checkpoint plus loading it again.
-    ``slurm_scheduler``: the SchedulerType emulated in ``slurm`` mode, ``backfill`` or
-    ``builtin`` (strict priority order, no backfill); ``backfill_reservations``: how many
-    waiting jobs one backfill pass plans (Slurm plans every one; 1 is EASY backfill).
-    ``lever_delay_s``: in ``slurm`` mode, how long after its snapshot a decision's levers
-    reach Slurm's scheduler (live: the cycle's own work, its scontrol calls, slurmctld's
-    next pass; docs/slurm-emulation.md). ``cycle_phase_s``: decisions fall at the first
-    submit + this + k · ``cycle_s`` (a live daemon's cycles keep their own phase).
-    ``one_gpu_type``: a released untyped gang is kept on one GPU type, as the daemon does
-    unless ``allow_mixed_gpu_types`` (``Features=[a100|v100]``, slurm/onetype.py).
-    ``held_priorities``: in ``slurm`` mode, makes the holder of the priority values the
-    daemon's actuator leaves in Slurm within its limits on changes (a
-    ``slurm_rl.slurm.priority.HeldPriorities``); None: as if no limit held a change back
-    (the same queue order otherwise, tests/test_held_priorities.py). ``slurm_end_lag_s``: Slurm
-    starts nothing on a job's nodes until this long after its end, while the daemon already
-    sees them free (0: at once; docs/slurm-emulation.md, measured 0.9 s on the dev cluster).
-    """
-
-    mode: ActionMode = "direct"
-    cycle_s: float = 10.0
-    defer_window_s: float = 30.0
-    hold_cap_s: float = 3600.0
-    slurm_queue_depth: int = 500
-    slurm_scheduler: SlurmScheduler = "backfill"
-    backfill_reservations: int = DEFAULT_RESERVATIONS
-    lever_delay_s: float = 0.0
-    cycle_phase_s: float = 0.0
-    one_gpu_type: bool = True
-    observations: bool = True
-    observation_noise: float = 0.02
-    restart_overhead_s: float = 300.0
-    seed: int = 0
-    held_priorities: Callable[[], PriorityHolder] | None = field(default=None, compare=False)
-    slurm_end_lag_s: float = 0.0
 
 
 @dataclass(eq=False)
@@ -376,19 +327,21 @@ class Simulation:
             self._fee_rate -= gpus * self.cluster.nodes[i].price_per_gpu_hour / 3600.0
             self._node_jobs[i].discard(run.job.job_id)
 
-    def _migrate(self, job_id: JobId, placement: Placement) -> None:
+    def _migrate(self, job_id: JobId, placement: Placement) -> bool:
         """Requeue a running, checkpointable job and restart it on ``placement`` (free now),
-        with the work since its last checkpoint lost (``restart_overhead_s``)."""
+        with the work since its last checkpoint lost (``restart_overhead_s``); False when it
+        cannot be moved there."""
         run = self._running.get(job_id)
         if run is None or not run.job.checkpointable or not self._fits_now(run.job, placement):
             self.rejected_actions += 1
-            return
+            return False
         self._release(run)
         earlier = self._earlier.setdefault(job_id, _EarlierRuns(run.start))
         earlier.restarts += 1
         earlier.fee += self._charge(run, earlier.gpu_seconds)
         self._refresh(self._neighbours(run.nodes), colocation=True)
         self._launch(run.job, placement, run.remaining + self.config.restart_overhead_s)
+        return True
 
     def _charge(self, run: _Run, gpu_seconds: dict[str, float]) -> float:
         """The fee of ``run`` from its start to now; adds its GPU-seconds per type."""
@@ -513,8 +466,12 @@ class Simulation:
         self._apply_migrations(decision)
 
     def _apply_migrations(self, decision: Decision) -> None:
+        # as the live actuator's plan_moves: a move that cannot be made does not use the cap
+        cap, moved = self.config.migrations_per_cycle, 0
         for job_id, placement in decision.migrations.items():
-            self._migrate(job_id, placement)
+            if cap is not None and moved >= cap:
+                return
+            moved += self._migrate(job_id, placement)
 
     def _fits_now(self, job: Job, placement: Placement) -> bool:
         if not valid_pin(job, placement, self.cluster):

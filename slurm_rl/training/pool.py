@@ -31,7 +31,8 @@ from slurm_rl.fairness import LONGEST_HOLD_S
 from slurm_rl.offered_load import load_points
 from slurm_rl.scenario import Scenario, build_simulation
 from slurm_rl.simulator.cluster_spec import ClusterSpec, load_cluster_spec
-from slurm_rl.simulator.engine import SimConfig
+from slurm_rl.simulator.sim_config import SimConfig
+from slurm_rl.simulator.slurm_emulation import PriorityHolder
 from slurm_rl.traces import Trace, parse_window, window
 from slurm_rl.training.actors import RolloutConfig
 from slurm_rl.training.rollout import Episode, EpisodeSpec, run_episode
@@ -66,10 +67,13 @@ class WorldSpec:
     load_window: str | None = None
     load_basis: LoadBasis = "window"
     # a daemon's world (a retrain's episodes): its hold cap (defer_cap_s; None: by dispatch),
-    # deferral window and one-GPU-type rule (not allow_mixed_gpu_types)
+    # deferral window, one-GPU-type rule (not allow_mixed_gpu_types), the priorities its
+    # actuator leaves within its limits and its moves a cycle (SimConfig's fields of the name)
     hold_cap: float | None = None
     defer_window_s: float = SimConfig.defer_window_s
     one_gpu_type: bool = True
+    held_priorities: Callable[[], PriorityHolder] | None = field(default=None, compare=False)
+    migrations_per_cycle: int | None = None
 
     @property
     def hold_cap_s(self) -> float:
@@ -89,6 +93,8 @@ class World:
     load_basis: LoadBasis = "window"
     defer_window_s: float = SimConfig.defer_window_s
     one_gpu_type: bool = True
+    held_priorities: Callable[[], PriorityHolder] | None = None
+    migrations_per_cycle: int | None = None
 
     @classmethod
     def load(cls, world: WorldSpec) -> World:
@@ -97,13 +103,15 @@ class World:
         trace, spec = open_workload(world.trace), load_cluster_spec(world.cluster)
         scaled = scaled_specs(trace, spec, world) if world.load_basis == "window" else {}
         return cls(trace, spec, gpu_speed_table(), world.cycle_s, world.hold_cap_s, scaled,
-                   world.load_basis, world.defer_window_s, world.one_gpu_type)
+                   world.load_basis, world.defer_window_s, world.one_gpu_type,
+                   world.held_priorities, world.migrations_per_cycle)
 
     def scenario(self, spec: EpisodeSpec) -> Scenario:
         jobs = window(self.trace, spec.warmup_start, spec.end)
         config = SimConfig(mode="slurm", cycle_s=self.cycle_s, seed=spec.seed,
                            hold_cap_s=self.hold_cap_s, defer_window_s=self.defer_window_s,
-                           one_gpu_type=self.one_gpu_type)
+                           one_gpu_type=self.one_gpu_type, held_priorities=self.held_priorities,
+                           migrations_per_cycle=self.migrations_per_cycle)
         if spec.load is not None and self.load_basis == "episode":
             own = load_points(Scenario(self.spec, jobs, config), (spec.load,))[0]
             return own.scenario

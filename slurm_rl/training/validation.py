@@ -23,7 +23,7 @@ from slurm_rl.fairness import RankingRules
 from slurm_rl.objective import cost, hours
 from slurm_rl.offered_load import load_points
 from slurm_rl.scenario import ReplayResult, Scenario
-from slurm_rl.simulator.engine import SimConfig
+from slurm_rl.simulator.sim_config import SimConfig
 from slurm_rl.traces import window
 from slurm_rl.traces.model import parse_window
 from slurm_rl.training.evaluate import PolicySpec, replay_replicas
