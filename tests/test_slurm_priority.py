@@ -50,6 +50,15 @@ def test_a_job_one_place_from_its_rank_keeps_its_priority() -> None:
     assert tolerant.withheld == {"b": TOLERANCE}
 
 
+def test_a_job_placed_now_moves_whatever_the_tolerance() -> None:
+    """b is started now: left one place below a, which cannot start, Slurm's backfill would
+    keep it waiting for a's reservation (docs/daemon.md, "Priorities")."""
+    current: dict[str, int | None] = {"a": 1003, "b": 1002, "c": 1001}
+    plan = plan_priorities(["b", "a", "c"], current, FLOOR, PriorityLimits(tolerance_ranks=2),
+                           exempt={"b"})
+    assert _changes(plan.wanted, current) == {"b"} and plan.wanted["b"] > 1003
+
+
 def test_a_job_far_from_its_rank_moves_despite_the_tolerance() -> None:
     current: dict[str, int | None] = {j: 1010 - i for i, j in enumerate("abcdefgh")}
     ranking = ["h", *"abcdefg"]  # the last job goes first: seven places
@@ -240,31 +249,51 @@ def test_a_job_pinned_now_goes_above_the_unplaced_jobs_ranked_before_it() -> Non
     assert sent["10"] > sent.get("3", held["3"])
 
 
+def test_a_placed_job_one_place_below_an_older_value_is_not_tolerated_there() -> None:
+    """Job 10 is placed now and holds a value of ours one place below job 3's: under a
+    tolerance of two places it still gets a priority above job 3's."""
+    held = {"3": FLOOR + 200, "10": FLOOR + 100}
+    sent, _ = _sent_for(held, ("10", "3"), ("10",), PriorityLimits(tolerance_ranks=2))
+    assert sent["10"] > held["3"] and "3" not in sent
+    waiting, _ = _sent_for(held, ("10", "3"), (), PriorityLimits(tolerance_ranks=2))
+    assert waiting == {}  # ranked first but not placed: within the tolerance, not moved
+
+
 def test_promoted_jobs_go_above_a_job_still_holding_a_higher_priority_of_ours() -> None:
     """Jobs 10 and 11 are placed now and already hold values of ours in their ranked order,
     below job 3's, an earlier decision's. Only the promoted jobs' values are sent, so they
     must rise above job 3's: the walk's run of unchanged values may not keep theirs and plan
     job 3 lower instead (it did once, and job 3 stayed first in Slurm)."""
+    held = {"3": FLOOR + 300, "10": FLOOR + 200, "11": FLOOR + 100}
+    sent, pending = _sent_for(held, ("10", "11", "3"), ("10", "11"), PriorityLimits())
+    assert sorted(pending) == ["10", "11", "3"]
+    assert "3" not in sent  # not promoted: it keeps its value
+    assert sent["10"] > sent["11"] > held["3"]
+
+
+def _sent_for(held: dict[str, int], ranking: tuple[str, ...], placed: tuple[str, ...],
+              limits: PriorityLimits) -> tuple[dict[str, int], list[str]]:
+    """The priorities an enforcing actuator sends for a decision on the recorded 22.05
+    cluster with a third pending job (11, a copy of 10), the jobs holding ``held``; and
+    the pending jobs it saw."""
     runner = recorded_cluster("22.05")
     runner.default = CommandResult((), 0, "", "")
     doc = json.loads(fixture_text("22.05", "squeue.json"))
     jobs = doc["jobs"]
     eleven = json.loads(json.dumps(next(j for j in jobs if str(j["job_id"]) == "10")))
     jobs.append({**eleven, "job_id": 11, "name": "eleven"})
-    held = {"3": FLOOR + 300, "10": FLOOR + 200, "11": FLOOR + 100}
     for job in jobs:
         if str(job["job_id"]) in held:
             job["priority"] = held[str(job["job_id"])]
     runner.answer(("squeue", "--json"), json.dumps(doc))
     source = SlurmSource(CliSlurmClient(runner=runner), clock=lambda: 1795970565.0)
-    actuator = SlurmActuator(CliSlurmClient(runner=runner), ActuatorConfig(mode=Mode.ENFORCE),
-                             pins=source.pins, clock=lambda: 1795970565.0)
+    config = ActuatorConfig(mode=Mode.ENFORCE, priority_limits=limits)
+    actuator = SlurmActuator(CliSlurmClient(runner=runner), config, pins=source.pins,
+                             clock=lambda: 1795970565.0)
     snapshot, state = source.observe()
-    assert sorted(job.job_id for job in snapshot.pending) == ["10", "11", "3"]
     node = snapshot.cluster.nodes[0].name
-    placed = {job_id: Placement((node,), (1,)) for job_id in ("10", "11")}
-    report = actuator.apply(Decision("p", ("10", "11", "3"), placed), state)
+    decision = Decision("p", ranking, {job_id: Placement((node,), (1,)) for job_id in placed})
+    report = actuator.apply(decision, state)
     sent = {o.job_id: int(a.split("=", 1)[1]) for o in report.outcomes for a in o.argv
             if a.startswith("Priority=")}
-    assert "3" not in sent  # not promoted: it keeps its value
-    assert sent["10"] > sent["11"] > held["3"]
+    return sent, [job.job_id for job in snapshot.pending]

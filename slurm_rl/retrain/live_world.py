@@ -11,10 +11,11 @@ up); its moves of running jobs happen only with ``migrate``, at most
 not send, or from priority changes its limits would hold back, is judged without them.
 
 On the tests' logged window (tests/retrain/test_gate_and_retrain.py) fifo+best-fit's mean JCT
-is 5,378 s without dispatch and 5,442 s with it and a 2-hour hold cap (at the default 600 s
+is 4,530 s without dispatch and 5,678 s with it and a 2-hour hold cap (at the default 600 s
 cap, holds end before the queue drains and the figures are as without dispatch); the shipped
-agent and a damaged copy of it, 3,304 and 6,590 s with dispatch, but 5,529 and 4,918 s
-without it: under the daemon's limits little of a ranking reaches Slurm without dispatch.
+agent and a damaged copy of it, 3,334 and 6,292 s with dispatch, but 4,398 and 4,597 s
+without it: under the daemon's hourly limit on priority changes little of a ranking reaches
+Slurm without dispatch (with no limits, 4,729 and 6,572 s).
 """
 
 from __future__ import annotations

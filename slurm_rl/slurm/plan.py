@@ -248,7 +248,8 @@ def plan(
         ranked, promoted = placed_first(ranked, pinned), promoted | pinned
     else:  # advise: the placed jobs too (Slurm picks their nodes)
         promoted = set(decision.promoted)
-    _release_updates(ranked, extra, state, config, memory, planned, promoted)
+    urgent = frozenset(decision.forward) | frozenset(decision.placements)
+    _release_updates(ranked, extra, state, config, memory, planned, promoted, urgent)
     if placing:
         # Jobs no longer released keep no exclusion of ours (cleared with a deferral, if any).
         released = set(decision.ranking)
@@ -319,15 +320,18 @@ def _release_updates(
     memory: _Memory,
     planned: _Plan,
     promoted: Collection[str],
+    urgent: Collection[str] = frozenset(),
 ) -> None:
     """Placement, exclusion and release for the released jobs, and a priority for the
-    ``promoted`` ones (:func:`promoted_order`), highest first."""
+    ``promoted`` ones (:func:`promoted_order`), highest first; the tolerance holds none of
+    the ``urgent`` ones back (placed now or brought forward)."""
     order = promoted_order(ranked, promoted, state, config.priority_floor)
     current = {job.job_id: job.priority for job in state.managed.values()}
     # only the promoted jobs' values are sent: the others keep theirs, planned around
     priorities = plan_priorities(order, current, config.priority_floor,
                                  config.priority_limits, memory.may_reprioritize,
-                                 fixed=frozenset(order) - frozenset(promoted))
+                                 fixed=frozenset(order) - frozenset(promoted),
+                                 exempt=urgent)
     planned.withheld.update({job: why for job, why in priorities.withheld.items()
                              if job in promoted})
     for job in ranked:

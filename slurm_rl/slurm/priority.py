@@ -13,7 +13,8 @@ still send a stream of updates, so :func:`plan_priorities` holds some changes ba
 (:class:`PriorityLimits`):
 
 * **tolerance**: a job that already holds a priority of ours keeps it while its place in
-  the order Slurm holds is at most ``tolerance_ranks`` places from its rank;
+  the order Slurm holds is at most ``tolerance_ranks`` places from its rank (unless the
+  caller exempts it: a job placed now);
 * **rate**: a job the caller says may not change (it had ``updates_per_job_hour`` changes in
   the last hour) keeps its priority;
 * **cap**: at most ``per_cycle`` jobs change in one call, the highest-ranked first.
@@ -79,15 +80,19 @@ def plan_priorities(
     may_change: Callable[[str], bool] = lambda _job: True,
     ceiling: int = PRIORITY_CEILING,
     fixed: Collection[str] = frozenset(),
+    exempt: Collection[str] = frozenset(),
 ) -> PriorityPlan:
     """The priorities to hold, with ``limits`` applied (module docstring). ``fixed``: jobs
     of ``ranking`` whose values are context, never sent (:func:`above_the_held`): they keep
-    theirs and the others are planned around them."""
+    theirs and the others are planned around them. ``exempt``: jobs the tolerance never
+    holds back (the ones placed now or brought forward: a placed job left a place or two
+    below a job that cannot start would wait for that job's reservation)."""
     wanted, top = _walk(ranking, current, floor, ceiling, frozenset(), fixed)
     if top >= ceiling:  # renumbering is rare and must be whole: no limit applies
         return PriorityPlan(renumber(ranking, floor, ceiling))
     withheld = {job: TOLERANCE for job in _tolerated(ranking, current, wanted, floor, ceiling,
-                                                     limits.tolerance_ranks)}
+                                                     limits.tolerance_ranks)
+                if job not in exempt}
     # Holding a job back reshapes the run the others keep, which may change jobs the last
     # pass did not: every pass checks the rate and the cap again (each holds more back).
     for _ in range(len(ranking) + 1):
@@ -335,7 +340,7 @@ class HeldPriorities:
         may_change = self.budget.may_change(now, alive, urgent)
         order = above_the_held(promoted, values)
         planned = plan_priorities(order, values, self.floor, self.limits, may_change,
-                                  fixed=order[len(promoted):])
+                                  fixed=order[len(promoted):], exempt=frozenset(urgent))
         for job in promoted:
             value = planned.wanted.get(job)
             if value is not None and values.get(job) != value:
