@@ -5,9 +5,13 @@ windows, unlimited jobs, per-node needs of a pin, mixed shares)."""
 
 from __future__ import annotations
 
+import errno
+import logging
 import math
 from dataclasses import replace
+from pathlib import Path
 
+import numba
 import numpy as np
 import pytest
 
@@ -179,6 +183,29 @@ def test_a_scan_whose_source_numba_cannot_cache_is_still_compiled() -> None:
     namespace: dict[str, object] = {}
     exec(compile("def twice(x):\n    return 2 * x\n", "<no file>", "exec"), namespace)
     assert map_scan.compiled(namespace["twice"])(21) == 42
+
+
+def test_a_scan_whose_cache_cannot_be_saved_still_runs_with_one_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """numba found the cache folder writable, then the first save fails (a full disk):
+    the call still answers, compiled for this process only, and says so once."""
+    monkeypatch.setattr(numba.core.config, "CACHE_DIR", str(tmp_path / "cache"))
+    source = tmp_path / "scan_source.py"
+    source.write_text("def thrice(x):\n    return 3 * x\n")
+    namespace: dict[str, object] = {}
+    exec(compile(source.read_text(), str(source), "exec"), namespace)
+    scan = map_scan.compiled(namespace["thrice"])
+
+    def full(*_args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(scan._cache._cache_file, "save", full)
+    with caplog.at_level(logging.WARNING, logger="slurm_rl.simulator.map_scan"):
+        assert scan(14) == 42
+    assert [r.getMessage() for r in caplog.records] == [
+        "numba could not cache thrice ([Errno 28] No space left on device): compiled for "
+        "this process only"]
 
 
 def test_a_pin_short_of_the_jobs_gpus_and_a_nan_limit_plan_as_before() -> None:

@@ -15,11 +15,14 @@ row-by-row walk; the golden schedules on replays).
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 import numpy as np
 from numba import njit
+
+_log = logging.getLogger(__name__)
 
 
 def compiled(function: Any) -> Any:
@@ -29,9 +32,31 @@ def compiled(function: Any) -> Any:
     only must still run: numba refuses to cache with nowhere to write). numba's compiled
     functions carry no types mypy can read: the wrappers below give them."""
     try:
-        return njit(cache=True, nogil=True)(function)
+        dispatcher = njit(cache=True, nogil=True)(function)
     except RuntimeError:  # "cannot cache function ...: no locator available"
         return njit(nogil=True)(function)
+    _tolerate_failed_saves(dispatcher)
+    return dispatcher
+
+
+def _tolerate_failed_saves(dispatcher: Any) -> None:
+    """A cache folder numba found writable may still fail at the first save (a full disk, a
+    folder removed since): numba raises that out of the first call, which would end a
+    replay. The function is then compiled for this process only, with one warning."""
+    cache: Any = getattr(dispatcher, "_cache", None)
+    save = getattr(cache, "save_overload", None)
+    if save is None:  # a numba without this cache API: its own behaviour
+        return
+    name = getattr(dispatcher, "__name__", "a scan")
+
+    def save_or_warn(signature: Any, data: Any) -> None:
+        try:
+            save(signature, data)
+        except OSError as error:
+            _log.warning("numba could not cache %s (%s): compiled for this process only",
+                         name, error)
+
+    cache.save_overload = save_or_warn
 
 
 @compiled
