@@ -31,10 +31,14 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 #: The daemon's settings that make the world a policy is fine-tuned and judged in (its
-#: ranking rules, dispatch and hold cap), by DaemonConfig field: the scheduled retrain passes
-#: them on its command line (:func:`slurm_rl.retrain.schedule.retrain_argv`).
+#: ranking rules, dispatch, hold cap, limits on priority changes and moves), by DaemonConfig
+#: field: the scheduled retrain passes them on its command line
+#: (:func:`slurm_rl.retrain.schedule.retrain_argv`).
 WORLD_FIELDS = ("dispatch", "defer_cap_s", "fairness_max_wait_ratio", "fairness_window_s",
-                "fairness_min_wait_s", "nice_per_rank", "allow_mixed_gpu_types")
+                "fairness_min_wait_s", "nice_per_rank", "allow_mixed_gpu_types",
+                "priority_tolerance_ranks", "priority_updates_per_job_hour",
+                "priority_updates_per_cycle", "priority_floor", "migrate",
+                "max_migrations_per_cycle")
 
 
 def world_options(command: F) -> F:
@@ -48,9 +52,22 @@ def world_options(command: F) -> F:
             ("--fairness-min-wait", "fairness_min_wait_s", FiniteFloat(min=0.0),
              "fairness_min_wait_s"),
             ("--nice-per-rank", "nice_per_rank", click.IntRange(min=0),
-             "nice_per_rank (0: off)"))):
+             "nice_per_rank (0: off)"),
+            ("--priority-tolerance-ranks", "priority_tolerance_ranks", click.IntRange(min=0),
+             "priority_tolerance_ranks"),
+            ("--priority-updates-per-job-hour", "priority_updates_per_job_hour",
+             click.IntRange(min=1), "priority_updates_per_job_hour"),
+            ("--priority-updates-per-cycle", "priority_updates_per_cycle",
+             click.IntRange(min=1), "priority_updates_per_cycle"),
+            ("--priority-floor", "priority_floor", click.IntRange(min=1), "priority_floor"),
+            ("--max-migrations-per-cycle", "max_migrations_per_cycle", click.IntRange(min=1),
+             "max_migrations_per_cycle"))):
         command = click.option(flag, name, default=None, type=kind,
                                help=f"The daemon's {about} [the config's].")(command)
+    command = click.option(
+        "--migrate/--no-migrate", "migrate", default=None,
+        help="The daemon's migrate: its policy's moves of running jobs are sent (or not) "
+             "[the config's].")(command)
     command = click.option(
         "--allow-mixed-gpu-types/--one-gpu-type", "allow_mixed_gpu_types", default=None,
         help="The daemon's allow_mixed_gpu_types: an untyped gang may span GPU types (or "

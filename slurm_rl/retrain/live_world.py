@@ -89,4 +89,7 @@ class LiveWorld:
         """For a candidate's meta.json: the world it was fine-tuned in."""
         return {**asdict(self.rules), "cycle_s": self.cycle_s,
                 "defer_window_s": self.defer_window_s, "hold_cap_s": self.hold_cap_s,
-                "one_gpu_type": self.one_gpu_type}
+                "one_gpu_type": self.one_gpu_type,
+                "priority_limits": asdict(self.priority_limits),
+                "priority_floor": self.priority_floor,
+                "migrations_per_cycle": self.migrations_per_cycle}

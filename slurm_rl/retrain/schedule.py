@@ -57,7 +57,13 @@ def retrain_argv(config: DaemonConfig) -> list[str]:
             "--fairness-window", repr(config.fairness_window_s),
             "--fairness-min-wait", repr(config.fairness_min_wait_s),
             "--nice-per-rank", str(config.nice_per_rank),
-            "--allow-mixed-gpu-types" if config.allow_mixed_gpu_types else "--one-gpu-type"]
+            "--allow-mixed-gpu-types" if config.allow_mixed_gpu_types else "--one-gpu-type",
+            "--priority-tolerance-ranks", str(config.priority_tolerance_ranks),
+            "--priority-updates-per-job-hour", str(config.priority_updates_per_job_hour),
+            "--priority-updates-per-cycle", str(config.priority_updates_per_cycle),
+            "--priority-floor", str(config.priority_floor),
+            "--migrate" if config.migrate else "--no-migrate",
+            "--max-migrations-per-cycle", str(config.max_migrations_per_cycle)]
     if config.cluster_name:
         argv += ["--cluster", config.cluster_name]
     if config.policy_bundle is not None:

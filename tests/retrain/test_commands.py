@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from slurm_rl.cli.main import main
 from slurm_rl.cli.retrain import command_settings, retrain_command
 from slurm_rl.config import DaemonConfig
+from slurm_rl.retrain.live_world import LiveWorld
 from slurm_rl.retrain.schedule import (
     RETRAIN_JOB,
     STORE_ENV,
@@ -20,6 +21,7 @@ from slurm_rl.retrain.schedule import (
     retrain_env,
     start_schedule,
 )
+from slurm_rl.slurm.priority import PriorityLimits
 from slurm_rl.store import migrate
 from slurm_rl.store.repository import Store, make_engine
 
@@ -133,7 +135,9 @@ def test_a_scheduled_retrain_fine_tunes_and_judges_in_the_daemon_s_world(
                           dispatch=dispatch, defer_cap_s=7200.0, fairness_max_wait_ratio=4.0,
                           fairness_window_s=1800.0, fairness_min_wait_s=120.0,
                           nice_per_rank=50, interval_s=7.0, defer_window_s=12,
-                          allow_mixed_gpu_types=dispatch)
+                          allow_mixed_gpu_types=dispatch, priority_tolerance_ranks=5,
+                          priority_updates_per_job_hour=3, priority_updates_per_cycle=50,
+                          priority_floor=5000, migrate=dispatch, max_migrations_per_cycle=4)
     argv = retrain_argv(config)
     with pytest.MonkeyPatch.context() as env:
         env.setenv(STORE_ENV, config.store)
@@ -147,6 +151,10 @@ def test_a_scheduled_retrain_fine_tunes_and_judges_in_the_daemon_s_world(
     assert world == settings.finetune.world and world.rules == config.ranking_rules
     assert (world.hold_cap_s, world.cycle_s, world.defer_window_s) == (7200.0, 7.0, 12.0)
     assert world.one_gpu_type is not dispatch
+    # the actuator's limits on priority changes and on moves, which the site sets too
+    assert world == LiveWorld.of(config)
+    assert (world.priority_limits, world.priority_floor) == (PriorityLimits(5, 3, 50), 5000)
+    assert world.migrations_per_cycle == (4 if dispatch else 0)
 
 
 def _one_error_line(args: list[str]) -> str:
