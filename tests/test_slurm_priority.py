@@ -15,9 +15,11 @@ from slurm_rl.slurm.actuator import ActuationReport, ActuatorConfig, Mode, Slurm
 from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.priority import (
     CAP,
+    PRIORITY_CEILING,
     RATE,
     TOLERANCE,
     PriorityLimits,
+    above_the_held,
     assign_priorities,
     plan_priorities,
 )
@@ -133,6 +135,20 @@ def test_the_jobs_planned_around_keep_their_values_and_the_others_rise_above(
     assert {j: plan.wanted[j] for j in around} == around
     for job in top:
         assert job in plan.withheld or plan.wanted[job] > max(around.values()), job
+
+
+def test_a_value_at_the_ceiling_is_not_passed_but_renumbers_nothing() -> None:
+    """C holds 2**31 - 1 (an admin's "top"): no value of ours fits above it, and its own is
+    not sent, so the promoted jobs go just below it and above D, instead of the whole
+    ranking being renumbered from the floor (which left them below D, whose value is not
+    sent either)."""
+    current: dict[str, int | None] = {"C": PRIORITY_CEILING - 1, "D": 5000, "P1": None,
+                                      "P2": 4000}
+    order = above_the_held(["P1", "P2"], {"C": PRIORITY_CEILING - 1, "D": 5000})
+    plan = plan_priorities(order, current, FLOOR, PriorityLimits(),
+                           fixed=frozenset({"C", "D"}))
+    assert (plan.wanted["C"], plan.wanted["D"]) == (PRIORITY_CEILING - 1, 5000)
+    assert PRIORITY_CEILING - 1 > plan.wanted["P1"] > plan.wanted["P2"] > 5000
 
 
 def _priorities_sent(report: ActuationReport) -> list[tuple[str, tuple[str, ...]]]:

@@ -6,7 +6,8 @@ along the ranking keeps them: that is the fewest jobs that must change. Every ot
 a value in the gap between its kept neighbours; fresh values are ``STEP`` apart, so a job
 that arrives later (FIFO: at the bottom) or moves between two others fits in without moving
 them. A gap with no room gives up its kept neighbour (which moves too). Values are renumbered
-from ``floor`` when they near the top of Slurm's 32-bit range.
+from ``floor`` when they near the top of Slurm's 32-bit range (unless a job whose value is
+not to be sent holds the top: the others then go just below it).
 
 A policy whose ranking moves a little every cycle (a learned one scores waiting time) would
 still send a stream of updates, so :func:`plan_priorities` holds some changes back
@@ -31,7 +32,7 @@ plans against the values Slurm shows instead).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 # Slurm priorities are uint32 and 0xFFFFFFFE/0xFFFFFFFF are sentinels; stay well below.
@@ -87,8 +88,8 @@ def plan_priorities(
     theirs and the others are planned around them. ``exempt``: jobs the tolerance never
     holds back (the ones placed now or brought forward: a placed job left a place or two
     below a job that cannot start would wait for that job's reservation)."""
-    wanted, top = _walk(ranking, current, floor, ceiling, frozenset(), fixed)
-    if top >= ceiling:  # renumbering is rare and must be whole: no limit applies
+    ranking, wanted = _below_the_unbeatable(ranking, current, floor, ceiling, fixed)
+    if wanted is None:  # renumbering is rare and must be whole: no limit applies
         return PriorityPlan(renumber(ranking, floor, ceiling))
     withheld = {job: TOLERANCE for job in _tolerated(ranking, current, wanted, floor, ceiling,
                                                      limits.tolerance_ranks)
@@ -107,6 +108,28 @@ def plan_priorities(
             break
     kept = {job: value for job, value in wanted.items() if job not in withheld}
     return PriorityPlan(kept, withheld)
+
+
+def _below_the_unbeatable(
+    ranking: Sequence[str], current: Mapping[str, int | None], floor: int, ceiling: int,
+    fixed: Collection[str],
+) -> tuple[list[str], dict[str, int] | None]:
+    """``ranking`` and the walk's values for it; None when only a renumbering fits. A fixed
+    job whose value leaves no room above it below ``ceiling`` (an admin's 2**31 - 1) cannot
+    be passed, as its value is not sent: it is ranked above the jobs that would pass it,
+    and the walk tried again, before the whole ranking is renumbered."""
+    order, ahead = list(ranking), 0
+    while True:
+        wanted, top = _walk(order, current, floor, ceiling, frozenset(), fixed)
+        if top < ceiling:
+            return order, wanted
+        passing = next((i for i in range(ahead, len(order)) if order[i] not in fixed), None)
+        unbeatable = next((i for i in range(passing or 0, len(order)) if order[i] in fixed),
+                          None) if passing is not None else None
+        if unbeatable is None:
+            return order, None
+        order.insert(ahead, order.pop(unbeatable))
+        ahead += 1
 
 
 def _is_ours(value: int | None, floor: int, ceiling: int) -> bool:
@@ -146,19 +169,35 @@ def _longest_decreasing_around(active: Sequence[str], ours: Mapping[str, int],
     if not anchors:
         return _longest_decreasing(active, ours)
     kept: set[str] = set(anchors)
-    segment: list[str] = []
-    above: str | None = None
-    for job in [*active, None]:
-        if job is not None and job not in anchors:
-            segment.append(job)
-            continue
-        hi = ours[above] if above is not None else None
-        lo = ours[job] if job is not None else None
+    for above, segment, below in _gaps(active, anchors):
+        hi, lo = _bounds(ours, above, below)
         inside = {j: v for j in segment if (v := ours.get(j)) is not None
                   and (hi is None or v < hi) and (lo is None or v > lo)}
         kept |= _longest_decreasing(segment, inside)
-        segment, above = [], job
     return kept
+
+
+def _gaps(active: Sequence[str], kept: Collection[str]
+          ) -> Iterator[tuple[str | None, list[str], str | None]]:
+    """Each run of ``active`` jobs not ``kept``, with its kept neighbours above and below
+    (None: the top or the bottom of the ranking)."""
+    segment: list[str] = []
+    above: str | None = None
+    for job in [*active, None]:
+        if job is not None and job not in kept:
+            segment.append(job)
+            continue
+        if segment:
+            yield above, segment, job
+            segment = []
+        above = job
+
+
+def _bounds(ours: Mapping[str, int], above: str | None, below: str | None
+            ) -> tuple[int | None, int | None]:
+    """The values a gap lies between: (its upper neighbour's, its lower one's)."""
+    return (ours[above] if above is not None else None,
+            ours[below] if below is not None else None)
 
 
 def _longest_decreasing(active: Sequence[str], ours: Mapping[str, int]) -> set[str]:
@@ -191,24 +230,15 @@ def _fill_gaps(active: Sequence[str], ours: Mapping[str, int], kept: set[str], f
     """Values for the jobs between kept ones; or the kept job to give up when a gap has
     no room (a segment's upper neighbour, else its lower one; never one of ``anchors``)."""
     wanted = {job: ours[job] for job in kept}
-    segment: list[str] = []
-    above: str | None = None
-    for job in [*active, None]:
-        if job is not None and job not in kept:
-            segment.append(job)
-            continue
-        if segment:
-            hi = ours[above] if above is not None else None
-            lo = ours[job] if job is not None else None
-            values = _segment_values(len(segment), lo, hi, floor, ceiling)
-            if values is None:
-                movable = [j for j in (above, job) if j is not None and j not in anchors]
-                if not movable:  # nothing to give up and still no room: renumber
-                    return {j: ceiling for j in active}
-                return movable[0]
-            wanted.update(zip(segment, values, strict=True))
-            segment = []
-        above = job
+    for above, segment, below in _gaps(active, kept):
+        hi, lo = _bounds(ours, above, below)
+        values = _segment_values(len(segment), lo, hi, floor, ceiling)
+        if values is None:
+            movable = [j for j in (above, below) if j is not None and j not in anchors]
+            if not movable:  # nothing to give up and still no room: renumber
+                return {j: ceiling for j in active}
+            return movable[0]
+        wanted.update(zip(segment, values, strict=True))
     return wanted
 
 
