@@ -97,10 +97,14 @@ train-default: $(STAMP)
 	$(VENV)/bin/slurm-rl bundle set policies/default --chooser rwgp-excluding-long --reason "$(LONG_JOBS)"
 	$(VENV)/bin/slurm-rl bundle set policies/default --chooser rwgp-long --reason "$(LONG_ONLY)"
 
-# The no-communication ablation, trained as such (~13 min on 2 cores with Ray): evaluate reads it
-# with --no-comm-bundle policies/no-communication.
+# The no-communication ablation, trained as such with the shipped bundle's recipe and deployed
+# with its settings (~16 min on 2 cores with Ray): evaluate reads it with --no-comm-bundle
+# policies/no-communication.
+AS_DEFAULT = session 44: the deployed settings of policies/default, for a like-for-like ablation
 train-no-comm: $(STAMP)
-	$(VENV)/bin/slurm-rl train --no-communication --output policies/no-communication
+	$(VENV)/bin/slurm-rl train $(TRAIN_DEFAULT_ARGS) --no-communication --output policies/no-communication
+	$(VENV)/bin/slurm-rl bundle set policies/no-communication --starvation-h 0 \
+		--ordering-sharpness 32 --chooser rwgp-long --reason "$(AS_DEFAULT)"
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache .mypy_cache
