@@ -118,18 +118,17 @@ def _below_the_unbeatable(
     job whose value leaves no room above it below ``ceiling`` (an admin's 2**31 - 1) cannot
     be passed, as its value is not sent: it is ranked above the jobs that would pass it,
     and the walk tried again, before the whole ranking is renumbered."""
-    order, ahead = list(ranking), 0
+    order = list(ranking)
     while True:
         wanted, top = _walk(order, current, floor, ceiling, frozenset(), fixed)
         if top < ceiling:
             return order, wanted
-        passing = next((i for i in range(ahead, len(order)) if order[i] not in fixed), None)
-        unbeatable = next((i for i in range(passing or 0, len(order)) if order[i] in fixed),
-                          None) if passing is not None else None
-        if unbeatable is None:
+        # the first fixed job some other job is ranked above (above_the_held: the highest)
+        first_free = next((i for i, job in enumerate(order) if job not in fixed), len(order))
+        passed = next((i for i in range(first_free, len(order)) if order[i] in fixed), None)
+        if passed is None:
             return order, None
-        order.insert(ahead, order.pop(unbeatable))
-        ahead += 1
+        order.insert(first_free, order.pop(passed))
 
 
 def _is_ours(value: int | None, floor: int, ceiling: int) -> bool:
