@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from slurm_rl.config import DaemonConfig
 from slurm_rl.fairness import RankingRules
 from slurm_rl.simulator.sim_config import SimConfig
+from slurm_rl.slurm.plan import ActuatorConfig
 from slurm_rl.slurm.priority import HeldPriorities, PriorityLimits
 
 if TYPE_CHECKING:
@@ -34,6 +35,11 @@ if TYPE_CHECKING:
 
 _DAEMON = DaemonConfig.model_fields  # the defaults below are the daemon's
 _ACTUATOR = DaemonConfig().actuator_config
+
+
+def _moves_per_cycle(actuator: ActuatorConfig) -> int:
+    """The moves of running jobs the actuator sends a cycle: none without ``migrate``."""
+    return actuator.max_migrations if actuator.migrate else 0
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,7 @@ class LiveWorld:
     one_gpu_type: bool = not _DAEMON["allow_mixed_gpu_types"].default
     priority_limits: PriorityLimits = _ACTUATOR.priority_limits
     priority_floor: int = _ACTUATOR.priority_floor
-    migrations_per_cycle: int = _ACTUATOR.max_migrations if _ACTUATOR.migrate else 0
+    migrations_per_cycle: int = _moves_per_cycle(_ACTUATOR)
 
     @classmethod
     def of(cls, config: DaemonConfig, cycle_s: float | None = None,
@@ -62,11 +68,12 @@ class LiveWorld:
                    config.defer_window_s if defer_window_s is None else defer_window_s,
                    config.defer_cap_s, not config.allow_mixed_gpu_types,
                    actuator.priority_limits, actuator.priority_floor,
-                   actuator.max_migrations if actuator.migrate else 0)
+                   _moves_per_cycle(actuator))
 
     def held_priorities(self) -> partial[HeldPriorities]:
-        """A fresh holder of the priorities the daemon's actuator leaves in Slurm, one per
-        replay (a ``partial``: the training pool's worker processes receive it pickled)."""
+        """What makes, for each replay, a fresh holder of the priorities the daemon's actuator
+        leaves in Slurm (a ``partial``: the training pool's worker processes receive it
+        pickled)."""
         return partial(HeldPriorities, self.priority_limits, self.priority_floor)
 
     def sim_config(self) -> SimConfig:
