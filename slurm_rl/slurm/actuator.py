@@ -155,8 +155,7 @@ class SlurmActuator:
         waiting = self._pinned_waiting(state)
         planned = plan(decision, state, self.config, self._deferred_by_us,
                        self.exclusions.values, self.pins.values,
-                       self._may_reprioritize(state, frozenset(decision.forward)
-                                              | frozenset(decision.placements)))
+                       self._may_reprioritize(state, decision.promoted))
         outcomes = dict(planned.outcomes)
         commands: list[CommandResult] = []
         entries = self._write_ahead(planned.updates, decision.policy_id, state)

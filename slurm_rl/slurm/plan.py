@@ -248,8 +248,8 @@ def plan(
         ranked, promoted = placed_first(ranked, pinned), promoted | pinned
     else:  # advise: the placed jobs too (Slurm picks their nodes)
         promoted = set(decision.promoted)
-    urgent = frozenset(decision.forward) | frozenset(decision.placements)
-    _release_updates(ranked, extra, state, config, memory, planned, promoted, urgent)
+    _release_updates(ranked, extra, state, config, memory, planned, promoted,
+                     decision.promoted)
     if placing:
         # Jobs no longer released keep no exclusion of ours (cleared with a deferral, if any).
         released = set(decision.ranking)
