@@ -9,7 +9,8 @@ import json
 from slurm_rl.core import Decision, Placement
 from slurm_rl.slurm.actuator import ActuationReport, ActuatorConfig, Mode, SlurmActuator
 from slurm_rl.slurm.client import CliSlurmClient
-from slurm_rl.slurm.migration import satisfies
+from slurm_rl.slurm.errors import SlurmTimeoutError
+from slurm_rl.slurm.migration import Move, Refusal, plan_moves, satisfies
 from slurm_rl.slurm.proc import CommandResult
 from slurm_rl.slurm.source import SlurmSource, SlurmState
 from tests.slurm.fakes import FakeRunner, fixture_text, recorded_cluster
@@ -68,6 +69,7 @@ def test_an_opted_in_job_is_requeued_pinned_and_released_in_that_order() -> None
     assert outcome.note == "restarts on a100-02"
     job = f"JobId={RUNNING_ONE_NODE}"
     assert runner.argvs == [
+        ("sinfo", "--json"),  # the target's GPUs, read again just before the requeue
         ("scontrol", "requeue", RUNNING_ONE_NODE),
         ("scontrol", "update", job, "ReqNodeList=a100-02", "NumNodes=1-1"),
         ("scontrol", "show", "job", "-o", RUNNING_ONE_NODE),
@@ -110,7 +112,7 @@ def test_a_requeue_slurm_refuses_is_recorded_and_nothing_else_is_sent() -> None:
     (outcome,) = _apply(_actuator(runner),
                         Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100})).outcomes
     assert (outcome.kind, outcome.ok, outcome.error_kind) == ("migrate", False, "rejected")
-    assert runner.argvs == [("scontrol", "requeue", RUNNING_ONE_NODE)]
+    assert runner.argvs == [("sinfo", "--json"), ("scontrol", "requeue", RUNNING_ONE_NODE)]
 
 
 def test_a_job_still_completing_is_released_on_the_next_cycle() -> None:
@@ -166,3 +168,61 @@ def test_plain_constraints_are_read_and_others_count_as_not_met() -> None:
     assert satisfies("a100|v100", ("v100",)) and not satisfies("a100|v100", ("t4",))
     for unread in ("a100*2", "[a100|v100]", "a100,ib", "(a100&ib)|v100", ""):
         assert not satisfies(unread, ("a100", "ib", "v100")), unread
+
+
+def _nodes_now(runner: FakeRunner, **used: str) -> None:
+    """What ``sinfo --json`` shows after the decision's snapshot: each named node's
+    ``gres_used`` (a job Slurm started there since)."""
+    doc = json.loads(fixture_text("22.05", "sinfo.json"))
+    for node in doc["nodes"]:
+        if node["name"] in used:
+            node["gres_used"] = used[node["name"]]
+    runner.answer(("sinfo", "--json"), json.dumps(doc))
+
+
+def test_a_move_onto_gpus_slurm_gave_away_since_the_snapshot_is_refused() -> None:
+    """The snapshot showed a100-02 with 4 of 8 GPUs free; by the moves Slurm has started a
+    job there. Requeued, the job would lose its work since the checkpoint and then wait."""
+    runner = _cluster()
+    made = _actuator(runner)
+    _nodes_now(runner, **{"a100-02": "gpu:a100:7(IDX:0-6)"})
+    (refused,) = _apply(made, Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100})).outcomes
+    assert (refused.kind, refused.sent) == ("target_busy", False)
+    assert refused.note == "not moved: a100-02 has 1 GPU free now, the move needs 2"
+    assert runner.argvs == [("sinfo", "--json")]
+
+
+def test_a_refused_target_leaves_the_cap_to_the_next_move_and_moves_share_the_free_gpus(
+) -> None:
+    runner = _cluster()
+    doc = json.loads(runner.answers[("squeue", "--json")].stdout)  # type: ignore[union-attr]
+    for job in doc["jobs"]:
+        if str(job["job_id"]) == RUNNING_TWO_NODES:
+            job.update(comment="slurm-rl:checkpoint", requeue=True, required_nodes="")
+    runner.answer(("squeue", "--json"), json.dumps(doc))
+    _pending_after_requeue(runner, RUNNING_TWO_NODES)
+    made = _actuator(runner, max_migrations=1)
+    _nodes_now(runner, **{"a100-01": "gpu:a100:8(IDX:0-7)"})
+    moves = {RUNNING_ONE_NODE: Placement(("a100-01",), (2,)),
+             RUNNING_TWO_NODES: Placement(("a100-02", "a100-03"), (4, 4))}
+    report = _apply(made, Decision("p", (), migrations=moves))
+    assert {o.job_id: o.kind for o in report.outcomes} == {
+        RUNNING_ONE_NODE: "target_busy", RUNNING_TWO_NODES: "migrate"}
+    # Two moves onto one node take its free GPUs in turn (a100-02: 4 free).
+    state = made[1]
+    twice = Decision("p", (), migrations={RUNNING_ONE_NODE: Placement(("a100-02",), (3,)),
+                                          RUNNING_TWO_NODES: Placement(("a100-02",), (3,))})
+    steps = list(plan_moves(twice, state.job, 2, None, None, {"a100-02": 4}))
+    assert [type(step) for step in steps] == [Move, Refusal]
+    assert steps[1] == Refusal(RUNNING_TWO_NODES, "target_busy",
+                               "not moved: a100-02 has 1 GPU free now, the move needs 3")
+
+
+def test_no_job_is_moved_when_the_nodes_cannot_be_read_again() -> None:
+    runner = _cluster()
+    made = _actuator(runner)
+    runner.fail(("sinfo", "--json"), SlurmTimeoutError(("sinfo", "--json"), 15.0))
+    (refused,) = _apply(made, Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100})).outcomes
+    assert (refused.kind, refused.sent) == ("target_busy", False)
+    assert refused.note.startswith("not moved: the nodes could not be read again (")
+    assert runner.argvs == [("sinfo", "--json")]

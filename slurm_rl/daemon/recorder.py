@@ -39,7 +39,7 @@ OUTCOME_SOURCE = "squeue"
 MAX_BUFFERED_OUTCOMES = 100_000
 
 Signature = tuple[object, ...]
-MOVE_REFUSALS = frozenset({"not_running", "not_movable", "over_cap"})
+MOVE_REFUSALS = frozenset({"not_running", "not_movable", "target_busy", "over_cap"})
 Queued = tuple[str, str, FinishedJob]  # cluster, source, job
 # A pinned job Slurm has not started after this long gets a decision row saying so (and one
 # more each time Slurm's reason changes); one that starts within a few cycles costs none.

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from slurm_rl.core import Decision
 from slurm_rl.journal import INTENDED, UNANSWERED, Entry, Intent, Journal, Settlement
 from slurm_rl.slurm.client import SlurmClient, update_argv
+from slurm_rl.slurm.errors import SlurmError, SlurmOutputError
 from slurm_rl.slurm.journal import state_for, verdict
 from slurm_rl.slurm.migration import RELEASE, Move, Refusal, plan_moves, release_when_pending
 from slurm_rl.slurm.ownership import EXC, PIN, Ledger, Recall, exclusion_ledger, pin_ledger
@@ -55,7 +56,8 @@ from slurm_rl.slurm.plan import (
 from slurm_rl.slurm.priority import HOUR_S, PriorityBudget
 from slurm_rl.slurm.proc import CommandResult
 from slurm_rl.slurm.records import SlurmJob
-from slurm_rl.slurm.source import SlurmSource, SlurmState, to_core_job
+from slurm_rl.slurm.reservations import reserved_nodes
+from slurm_rl.slurm.source import SlurmSource, SlurmState, free_gpus, to_core_job
 
 log = logging.getLogger(__name__)
 
@@ -242,15 +244,43 @@ class SlurmActuator:
         """Requeue and re-pin the running jobs the decision moves (only when enabled)."""
         if not (self.config.migrate and decision.migrations) or self.mode is Mode.ADVISE:
             return
-        features = {node.name: node.features for node in state.nodes.nodes}
-        steps = plan_moves(decision, state.job, self.config.max_migrations, features,
-                           self.pins.values)
-        for step in steps:
+        for step in self._planned_moves(decision, state):
             if isinstance(step, Refusal):
                 outcomes[step.job_id] = JobOutcome(step.job_id, step.kind, note=step.note)
             else:
                 outcomes[step.job_id] = self._send_move(step, state, decision.policy_id,
                                                         commands)
+
+    def _planned_moves(self, decision: Decision, state: SlurmState) -> list[Move | Refusal]:
+        """The moves to send and the refusals: first on the job's own terms, then, when any
+        move is left, against the GPUs free on its nodes now."""
+        features = {node.name: node.features for node in state.nodes.nodes}
+
+        def planned(free: Mapping[str, int] | None) -> list[Move | Refusal]:
+            return list(plan_moves(decision, state.job, self.config.max_migrations, features,
+                                   self.pins.values, free))
+
+        steps = planned(None)
+        if not any(isinstance(step, Move) for step in steps):
+            return steps  # nothing to send: no need to read the nodes
+        free = self._free_now(state)
+        if isinstance(free, str):
+            return [Refusal(step.job_id, "target_busy", free) if isinstance(step, Move)
+                    else step for step in steps]
+        return planned(free)
+
+    def _free_now(self, state: SlurmState) -> dict[str, int] | str:
+        """The GPUs free on each node now, read again just before the moves (the decision's
+        snapshot may be seconds old, and this cycle's releases may have started jobs); a
+        note for the audit trail when they cannot be read (then nothing moves: a requeue
+        cannot be undone)."""
+        try:
+            nodes = self.client.nodes().nodes
+        except (SlurmError, SlurmOutputError) as exc:
+            log.warning("moves skipped this cycle: the nodes could not be read: %s", exc)
+            return f"not moved: the nodes could not be read again ({exc})"
+        reserved = reserved_nodes(state.reservations, self.clock())
+        return {node.name: free_gpus(node, reserved) for node in nodes}
 
     def _send_move(self, move: Move, state: SlurmState, policy_id: str,
                    commands: list[CommandResult]) -> JobOutcome:

@@ -61,11 +61,15 @@ def plan_moves(
     decision: Decision, job: Callable[[str], SlurmJob | None], cap: int,
     node_features: Mapping[str, Sequence[str]] | None = None,
     pinned_by_us: Mapping[str, frozenset[str]] | None = None,
+    free: Mapping[str, int] | None = None,
 ) -> Iterator[Move | Refusal]:
     """The decision's migrations that may be sent (up to ``cap``), and why others may not.
-    ``pinned_by_us``: the ``ReqNodeList`` slurm-rl set, by job (any other is a user's)."""
+    ``pinned_by_us``: the ``ReqNodeList`` slurm-rl set, by job (any other is a user's).
+    ``free``: the GPUs free on each node just before the moves (None: not checked); a move
+    whose nodes no longer have its GPUs free is refused, and each move sent takes its GPUs."""
     sent = 0
     pins = pinned_by_us or {}
+    left = dict(free) if free is not None else None
     for job_id, placement in decision.migrations.items():
         current = job(job_id)
         if current is None or current.state != "RUNNING":
@@ -76,11 +80,29 @@ def plan_moves(
         elif (conflict := target_conflict(current, placement, node_features or {},
                                           pins.get(job_id))) is not None:
             yield Refusal(job_id, "not_movable", f"not moved: {conflict}")
+        elif left is not None and (busy := busy_target(placement, left)) is not None:
+            yield Refusal(job_id, "target_busy", f"not moved: {busy}")
         elif sent >= cap:
             yield Refusal(job_id, "over_cap", f"not moved: {cap} moves per cycle at most")
         else:
             sent += 1
+            if left is not None:
+                for node, gpus in zip(placement.nodes, placement.gpus, strict=True):
+                    left[node] -= gpus
             yield Move(job_id, placement)
+
+
+def busy_target(placement: Placement, free: Mapping[str, int]) -> str | None:
+    """Why ``placement`` does not fit in the GPUs ``free`` now (None: it does). The decision
+    chose it from the snapshot's free GPUs, but Slurm may have started jobs there since (its
+    own scheduling, or the jobs this cycle released): a job requeued onto busy nodes would
+    lose the work since its checkpoint and then wait. The job's own GPUs are not counted as
+    free, as the decision did not count them."""
+    for node, gpus in zip(placement.nodes, placement.gpus, strict=True):
+        have = free.get(node, 0)
+        if have < gpus:
+            return f"{node} has {have} GPU{'s' * (have != 1)} free now, the move needs {gpus}"
+    return None
 
 
 def target_conflict(job: SlurmJob, placement: Placement,

@@ -81,8 +81,8 @@ class JobOutcome:
     ``exclude``: an unplaced job gets an ``ExcNodeList``, ``unexclude``: only the
     actuator's own ``ExcNodeList`` is cleared); migrate (a running job requeued and pinned
     elsewhere); unchanged (Slurm already had it); left_to_slurm (deferral cap reached);
-    not_pending (ranked but no longer pending); not_running, not_movable, over_cap (a move
-    refused).
+    not_pending (ranked but no longer pending); not_running, not_movable, target_busy,
+    over_cap (a move refused).
     ``error_kind``: vanished, permission, rejected, timeout, unreachable. ``note``: why part
     of the decision was not applied (e.g. a user's own ``--exclude`` left alone). ``then``:
     the further calls Slurm accepted for the job in the same action (a move's pin and

@@ -163,21 +163,28 @@ def node_gpus(node: SlurmNode) -> tuple[str, int, int]:
     return (types[0] if types else "gpu"), total, min(used, total)
 
 
+def free_gpus(node: SlurmNode, reserved: frozenset[str] = frozenset()) -> int:
+    """How many GPUs ``node`` has free: none when it is drained or down, or when an active
+    reservation holds it (slurm_rl/slurm/reservations.py)."""
+    _, total, used = node_gpus(node)
+    return total - used if node.usable and node.name not in reserved else 0
+
+
 def build_cluster(
     nodes: Iterable[SlurmNode], name: str, config: SourceConfig,
     reserved: frozenset[str] = frozenset(),
 ) -> tuple[Cluster, tuple[int, ...]]:
-    """The GPU nodes (in the managed partitions) and how many GPUs each has free (none on a
-    node an active reservation holds: slurm_rl/slurm/reservations.py)."""
+    """The GPU nodes (in the managed partitions) and how many GPUs each has free
+    (:func:`free_gpus`)."""
     members: list[Node] = []
     free: list[int] = []
     for node in nodes:
-        gpu_type, total, used = node_gpus(node)
+        gpu_type, total, _ = node_gpus(node)
         if total <= 0 or not in_partitions(node.partitions, config.partitions):
             continue
         price = config.price_per_gpu_hour.get(gpu_type, 0.0)
         members.append(Node(node.name, gpu_type, total, price_per_gpu_hour=price))
-        free.append(total - used if node.usable and node.name not in reserved else 0)
+        free.append(free_gpus(node, reserved))
     return Cluster(name, tuple(members)), tuple(free)
 
 
