@@ -92,6 +92,34 @@ def test_an_opted_in_job_moves_to_the_chosen_node_and_no_other_job_is_touched(
     assert untouched.raw["Restarts"] == "0"
 
 
+def test_a_move_onto_a_node_slurm_filled_after_the_snapshot_is_refused(
+    live: LiveCluster,
+) -> None:
+    """The decision's snapshot shows the target free; by the time of the move Slurm runs
+    another job on all of its GPUs. The actuator reads the nodes again and leaves the job
+    running where it is (requeued, it would lose its work and then wait)."""
+    source = SlurmSource(live.client)
+    snapshot = source.snapshot()
+    a100, v100 = _nodes(snapshot, "a100"), _nodes(snapshot, "v100")
+    mover = _running_on(live, source, v100[0], *OPT_IN)
+    decided = source.state()  # what the decision was made on: a100[0] free
+    gpus = next(n.gpus for n in snapshot.cluster.nodes if n.name == a100[0])
+    filler = live.sbatch("bob", f"--gres=gpu:{gpus}", "-t", "10")
+    source.snapshot()
+    placing = SlurmActuator(live.client, ActuatorConfig(mode=Mode.ENFORCE), pins=source.pins)
+    placing.apply(Decision("test", (filler,), {filler: Placement((a100[0],), (gpus,))}))
+    live.wait_state(filler, "RUNNING", timeout_s=SCHED_SLACK_S)
+
+    config = ActuatorConfig(mode=Mode.ENFORCE, migrate=True, restart_wait_s=15.0)
+    actuator = SlurmActuator(live.client, config, pins=source.pins)
+    decision = Decision("test", (), migrations={mover: Placement((a100[0],), (1,))})
+    (refused,) = actuator.apply(decision, decided).outcomes
+    assert (refused.job_id, refused.kind, refused.sent) == (mover, "target_busy", False)
+    assert refused.note == f"not moved: {a100[0]} has 0 GPUs free now, the move needs 1"
+    kept = live.job(mover)
+    assert kept.state == "RUNNING" and kept.nodes == (v100[0],) and kept.raw["Restarts"] == "0"
+
+
 @dataclass
 class _Placing:
     """Pins ``job`` on ``to`` while it is pending (what the daemon's policy may decide)."""
