@@ -10,6 +10,7 @@ import logging
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numba
 import numpy as np
@@ -206,6 +207,34 @@ def test_a_scan_whose_cache_cannot_be_saved_still_runs_with_one_warning(
     assert [r.getMessage() for r in caplog.records] == [
         "numba could not cache thrice ([Errno 28] No space left on device): compiled for "
         "this process only"]
+
+
+def test_a_scan_whose_cache_index_is_corrupt_is_compiled_anew_and_the_index_rewritten(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An index file left truncated (a crash, a disk that filled): numba's load raises out
+    of the first call, in every process while the file is there. The call still answers,
+    says so once, and the index is written again, so the next process reads it."""
+    monkeypatch.setattr(numba.core.config, "CACHE_DIR", str(tmp_path / "cache"))
+    source = tmp_path / "scan_source.py"
+    source.write_text("def twice(x):\n    return 2 * x\n")
+
+    def fresh_scan() -> Any:  # as a new process would see the function
+        namespace: dict[str, object] = {}
+        exec(compile(source.read_text(), str(source), "exec"), namespace)
+        return map_scan.compiled(namespace["twice"])
+
+    assert fresh_scan()(21) == 42
+    (index,) = (tmp_path / "cache").rglob("*.nbi")
+    index.write_bytes(index.read_bytes()[:7])
+    with caplog.at_level(logging.WARNING, logger="slurm_rl.simulator.map_scan"):
+        assert fresh_scan()(21) == 42
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert warning.startswith("numba could not read its cache of twice (")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="slurm_rl.simulator.map_scan"):
+        assert fresh_scan()(22) == 44
+    assert caplog.records == []
 
 
 def test_a_pin_short_of_the_jobs_gpus_and_a_nan_limit_plan_as_before() -> None:

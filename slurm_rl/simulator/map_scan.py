@@ -15,8 +15,10 @@ row-by-row walk; the golden schedules on replays).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -40,23 +42,47 @@ def compiled(function: Any) -> Any:
 
 
 def _tolerate_failed_saves(dispatcher: Any) -> None:
-    """A cache folder numba found writable may still fail at the first save (a full disk, a
-    folder removed since): numba raises that out of the first call, which would end a
-    replay. The function is then compiled for this process only, with one warning."""
+    """A cache folder numba found writable may still fail: at the first save (a full disk, a
+    folder removed since), or at a load of an index or a data file left truncated or
+    corrupt (a crash, another numba's format). numba raises that out of the first call,
+    which would end a replay, and again in every later process while the file is there.
+    The function is then compiled for this process only, with one warning."""
     cache: Any = getattr(dispatcher, "_cache", None)
     save = getattr(cache, "save_overload", None)
-    if save is None:  # a numba without this cache API: its own behaviour
+    load = getattr(cache, "load_overload", None)
+    if save is None or load is None:  # a numba without this cache API: its own behaviour
         return
     name = getattr(dispatcher, "__name__", "a scan")
 
     def save_or_warn(signature: Any, data: Any) -> None:
         try:
             save(signature, data)
-        except OSError as error:
+        except Exception as error:  # any failure: run uncached
             _log.warning("numba could not cache %s (%s): compiled for this process only",
                          name, error)
 
+    def load_or_compile(signature: Any, target_context: Any) -> Any:
+        try:
+            return load(signature, target_context)
+        except Exception as error:  # any failure: compile anew
+            _log.warning("numba could not read its cache of %s (%s): compiled anew, and the "
+                         "cache's index written again", name, error or type(error).__name__)
+            _forget_index(cache)
+            return None
+
     cache.save_overload = save_or_warn
+    cache.load_overload = load_or_compile
+
+
+def _forget_index(cache: Any) -> None:
+    """Remove the function's cache index that could not be read, so that the save after
+    this compilation writes a good one (numba's save reads the index first, and would fail
+    on it in every process); its data files are named in the index and are left as they
+    are (numba overwrites them by number)."""
+    index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+    if isinstance(index, str):
+        with contextlib.suppress(OSError):
+            os.remove(index)
 
 
 @compiled
