@@ -66,6 +66,10 @@ TEN_YEARS_D = 3650
 MAX_PRIORITY_FLOOR = 2**30
 
 
+# The actuator's own defaults, so that the daemon's cannot drift from them.
+_ACTUATOR = ActuatorConfig()
+
+
 class DaemonConfig(BaseModel):
     """Everything one daemon run needs; see docs/daemon.md for each field."""
 
@@ -84,15 +88,15 @@ class DaemonConfig(BaseModel):
     plugin_conf_dir: Path | None = None  # slurm.conf's directory: job_submit config goes there
     heartbeat_max_age_s: int = Field(default=30, ge=1, le=DAY)
     defer_window_s: int = Field(default=10, ge=1, le=HOUR)
-    defer_extension_s: float = Field(default=30.0, gt=0, le=HOUR)
-    defer_cap_s: float = Field(default=600.0, ge=0, le=LONGEST_HOLD_S)
+    defer_extension_s: float = Field(default=_ACTUATOR.defer_extension_s, gt=0, le=HOUR)
+    defer_cap_s: float = Field(default=_ACTUATOR.defer_cap_s, ge=0, le=LONGEST_HOLD_S)
     # Dispatch (docs/daemon.md, "Dispatch"): hold every pending job the policy does not start
     # now, so Slurm starts no job on its own order; enforce (or shadow) only, and holds end at
     # defer_cap_s, so raise that above the waits the cluster sees.
     dispatch: bool = False
     # the lowest Priority the daemon gives the last job it ranks; above the site's largest
     # multifactor priority, ranked jobs go before unranked ones (docs/slurm.md)
-    priority_floor: int = Field(default=1000, ge=1, le=MAX_PRIORITY_FLOOR)
+    priority_floor: int = Field(default=_ACTUATOR.priority_floor, ge=1, le=MAX_PRIORITY_FLOOR)
     # Priority churn bounds (docs/daemon.md, "Priorities"): a job already ordered by the
     # daemon keeps its priority while it is at most this many places from its rank; no job
     # gets more than `priority_updates_per_job_hour` priority changes in any hour; a cycle
@@ -113,11 +117,11 @@ class DaemonConfig(BaseModel):
     # 0 = --nice is not weighed (Slurm ignores it once the daemon sets the priority).
     nice_per_rank: int = Field(default=DEFAULT_NICE_PER_RANK, ge=0, le=2**31)
     # Move running jobs that opted in (docs/daemon.md); off unless the admin turns it on.
-    migrate: bool = False
+    migrate: bool = _ACTUATOR.migrate
     # An untyped request (--gpus=2) may run as a gang of several GPU types, at the slowest
     # one's pace; off: the guard keeps every placement on one type (issue 19).
     allow_mixed_gpu_types: bool = False
-    max_migrations_per_cycle: int = Field(default=2, ge=1, le=1000)
+    max_migrations_per_cycle: int = Field(default=_ACTUATOR.max_migrations, ge=1, le=1000)
     slurm_timeout_s: float = Field(default=15.0, gt=0, le=HOUR)  # every squeue/sinfo/scontrol call
     slurm_conf: Path | None = None  # SLURM_CONF for the Slurm commands
     jobcomp_path: Path | None = None  # JobCompLoc of jobcomp/filetxt: outcomes squeue forgot
