@@ -8,15 +8,16 @@ and its decisions land together or not at all, and nothing already recorded is t
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Sequence
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, event, make_url, select, update
 from sqlalchemy.engine import URL, Engine
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from slurm_rl.core import ClusterSnapshot, Decision, FinishedJob, Job
@@ -109,6 +110,13 @@ def _sqlite_pragmas(connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+log = logging.getLogger("slurm_rl.store")
+_T = TypeVar("_T")
+# The job rows this process knows are stored (so that a cycle need not look up every pending
+# job); past this many it starts again, at the cost of one lookup a job.
+KNOWN_JOBS_LIMIT = 200_000
+
+
 class Store:
     def __init__(self, url: str, *, upgrade: bool = True) -> None:
         self.engine = make_engine(url)
@@ -116,6 +124,28 @@ class Store:
             migrate.upgrade(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._known_jobs: set[str] = set()
+
+    def _remember(self, added: set[str]) -> None:
+        """Job rows a committed transaction stored (a rolled-back job row is not known)."""
+        self._known_jobs |= added
+        if len(self._known_jobs) > KNOWN_JOBS_LIMIT:
+            self._known_jobs.clear()
+
+    def _healing(self, write: Callable[[], _T]) -> _T:
+        """Run the transaction ``write``; when it breaks a foreign key because a job row this
+        process believed stored is gone (retention deleted the row of a job that has run or
+        waited longer than ``retention_days``, or an admin cleaned the store), forget what it
+        believed and run it once more, writing the row again. Without this every later
+        cycle would fail on that job, and the daemon's heartbeat would stop."""
+        try:
+            return write()
+        except IntegrityError:
+            if not self._known_jobs:
+                raise
+            log.warning("store: a job row this daemon had stored is gone (retention?): "
+                        "storing it again")
+            self._known_jobs.clear()
+            return write()
 
     def record_cycle(
         self,
@@ -130,52 +160,66 @@ class Store:
         """Store one cycle: new jobs, and a decision row for every job an action touched; the
         journal's ``intents`` of the cycle's calls are marked recorded by it."""
         cluster = snapshot.cluster.name
-        added: set[str] = set()
-        with self._sessions.begin() as session:
-            self._add_new_jobs(session, cluster, snapshot.pending, snapshot.time, added)
-            # A moved job may have started before the daemon first saw it pending.
-            moved = [r.job for r in snapshot.running if r.job.job_id in decision.migrations]
-            self._add_new_jobs(session, cluster, moved, snapshot.time, added)
-            cycle = _cycle_row(snapshot, decision, mode, duration_s)
-            session.add(cycle)
-            session.flush()
-            session.add_all(_decision_rows(cluster, cycle.id, decision, actions))
-            if intents:
-                session.execute(update(IntentRow).where(IntentRow.id.in_(intents))
-                                .values(cycle_id=cycle.id))
-        self._known_jobs |= added  # only once committed: a rolled-back job row is not known
-        return cycle.id
+
+        def write() -> int:
+            added: set[str] = set()
+            with self._sessions.begin() as session:
+                self._add_new_jobs(session, cluster, snapshot.pending, snapshot.time, added)
+                # A moved job may have started before the daemon first saw it pending.
+                moved = [r.job for r in snapshot.running if r.job.job_id in decision.migrations]
+                self._add_new_jobs(session, cluster, moved, snapshot.time, added)
+                cycle = _cycle_row(snapshot, decision, mode, duration_s)
+                session.add(cycle)
+                session.flush()
+                session.add_all(_decision_rows(cluster, cycle.id, decision, actions))
+                if intents:
+                    session.execute(update(IntentRow).where(IntentRow.id.in_(intents))
+                                    .values(cycle_id=cycle.id))
+            self._remember(added)
+            return cycle.id
+
+        return self._healing(write)
 
     def record_actions(self, cluster: str, time: float, policy_id: str, mode: str,
                        jobs: Sequence[Job], actions: Sequence[ActionRecord]) -> int:
         """Store changes made outside a decision cycle (``slurm-rl revert``) as one cycle of
         their own, so the audit trail holds every change made in Slurm."""
-        added: set[str] = set()
-        with self._sessions.begin() as session:
-            self._add_new_jobs(session, cluster, jobs, time, added)
-            cycle = CycleRow(cluster=cluster, snapshot_time=time, recorded_at=datetime.now(UTC),
-                             policy_id=policy_id, actuator_mode=mode, pending_jobs=len(jobs),
-                             running_jobs=0, free_gpus=0)
-            session.add(cycle)
-            session.flush()
-            session.add_all(_decision_rows(cluster, cycle.id, Decision(policy_id, ()), actions))
-        self._known_jobs |= added
-        return cycle.id
+        def write() -> int:
+            added: set[str] = set()
+            with self._sessions.begin() as session:
+                self._add_new_jobs(session, cluster, jobs, time, added)
+                cycle = CycleRow(cluster=cluster, snapshot_time=time,
+                                 recorded_at=datetime.now(UTC), policy_id=policy_id,
+                                 actuator_mode=mode, pending_jobs=len(jobs), running_jobs=0,
+                                 free_gpus=0)
+                session.add(cycle)
+                session.flush()
+                session.add_all(_decision_rows(cluster, cycle.id, Decision(policy_id, ()),
+                                               actions))
+            self._remember(added)
+            return cycle.id
+
+        return self._healing(write)
 
     def record_outcomes(self, cluster: str, finished: Iterable[FinishedJob], source: str) -> int:
         """Store outcomes not stored yet (the same job seen again is ignored)."""
-        added = 0
-        known: set[str] = set()
-        with self._sessions.begin() as session:
-            for done in finished:
-                key = job_key(cluster, done.job.job_id)
-                if session.get(OutcomeRow, key) is not None:
-                    continue
-                self._add_new_jobs(session, cluster, [done.job], done.start_time, known)
-                session.add(_outcome_row(key, done, source))
-                added += 1
-        self._known_jobs |= known
-        return added
+        finished = list(finished)
+
+        def write() -> int:
+            added = 0
+            with self._sessions.begin() as session:
+                for done in finished:
+                    key = job_key(cluster, done.job.job_id)
+                    if session.get(OutcomeRow, key) is not None:
+                        continue
+                    self._add_new_jobs(session, cluster, [done.job], done.start_time, set())
+                    session.add(_outcome_row(key, done, source))
+                    added += 1
+            # a finished job gets no more decisions: no need to remember its row
+            self._known_jobs -= {job_key(cluster, done.job.job_id) for done in finished}
+            return added
+
+        return self._healing(write)
 
     def _add_new_jobs(
         self, session: Session, cluster: str, jobs: Iterable[Job], seen: float, added: set[str]
@@ -197,10 +241,14 @@ class Store:
         """One write transaction (slurm_rl/store/journal.py); the jobs :meth:`add_jobs` adds
         in it count as stored once it commits."""
         added: set[str] = set()
-        with self._sessions.begin() as session:
-            session.info["added_jobs"] = added
-            yield session
-        self._known_jobs |= added
+        try:
+            with self._sessions.begin() as session:
+                session.info["added_jobs"] = added
+                yield session
+        except IntegrityError:
+            self._known_jobs.clear()  # a job row it believed stored may be gone: look again
+            raise
+        self._remember(added)
 
     def add_jobs(self, session: Session, cluster: str, jobs: Iterable[Job], seen: float) -> None:
         """Job rows for the jobs not stored yet, inside a :meth:`writing` transaction."""

@@ -125,6 +125,27 @@ def test_retention_keeps_the_recent_rows(url: str) -> None:
     assert store.count(JobRow) == 5 and ModelRegistry(store.engine).count() == 1
 
 
+def test_a_job_whose_row_retention_removed_while_it_ran_is_stored_again(url: str) -> None:
+    """Job 42 was pinned on day 0 (its only decision row) and ran for 9 days; retention
+    (7 days) on day 8 removed its row, which this process still believed stored. Its outcome
+    on day 9, and job 43's in the same batch, are stored: the job row is written again."""
+    store = Store(url)
+    long_job, other = Job("42", NOW, 2, user="alice"), Job("43", NOW + 9 * 86400.0, 2)
+    cluster = Cluster(CLUSTER, NODES)
+    snapshot = ClusterSnapshot(NOW + 10, cluster, (8, 8, 4, 4), (long_job,))
+    on = Placement(("a100-01",), (2,))
+    decision = Decision("fifo+first-fit", ("42",), {"42": on}, (1.0,))
+    store.record_cycle(snapshot, decision, [ActionRecord("42", "place", ("scontrol",), 0, "")],
+                       mode="enforce")
+    apply_retention(store.engine, 7.0, now=NOW + 8 * 86400.0)
+    assert store.count(JobRow) == 0
+    store.record_outcomes(CLUSTER, [
+        FinishedJob(long_job, NOW + 20, NOW + 9 * 86400.0, on, "COMPLETED", 0),
+        FinishedJob(other, NOW + 9 * 86400.0 + 1, NOW + 9 * 86400.0 + 60, on, "COMPLETED", 0),
+    ], "squeue")
+    assert store.count(OutcomeRow) == 2 and store.count(JobRow) == 2
+
+
 def test_export_since_writes_csv(url: str, tmp_path: Path) -> None:
     store = Store(url)
     for k in range(4):
