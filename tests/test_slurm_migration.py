@@ -9,8 +9,9 @@ import json
 from slurm_rl.core import Decision, Placement
 from slurm_rl.slurm.actuator import ActuationReport, ActuatorConfig, Mode, SlurmActuator
 from slurm_rl.slurm.client import CliSlurmClient
+from slurm_rl.slurm.eligibility import satisfies
 from slurm_rl.slurm.errors import SlurmTimeoutError
-from slurm_rl.slurm.migration import Move, Refusal, plan_moves, satisfies
+from slurm_rl.slurm.migration import Move, Refusal, plan_moves
 from slurm_rl.slurm.proc import CommandResult
 from slurm_rl.slurm.source import SlurmSource, SlurmState
 from tests.slurm.fakes import FakeRunner, fixture_text, recorded_cluster
@@ -144,8 +145,9 @@ def test_a_move_its_exclusion_or_constraint_forbids_is_refused() -> None:
         (("excluded_nodes", "a100-02"),): "not moved: its ExcNodeList names a100-02",
         (("features", "v100"),): "not moved: --constraint=v100 does not hold on a100-02 "
                                  "(or cannot be checked)",
-        (("features", "[a100|v100]"),): "not moved: --constraint=[a100|v100] does not hold on "
-                                        "a100-02 (or cannot be checked)",
+        (("features", "[v100|t4]"),): "not moved: --constraint=[v100|t4] does not hold on "
+                                      "a100-02 (or cannot be checked)",
+        (("partition", "gpuv"),): "not moved: a100-02 not in its partition gpuv",
     }
     for fields, note in cases.items():
         runner = _cluster(**dict(fields))
@@ -153,8 +155,9 @@ def test_a_move_its_exclusion_or_constraint_forbids_is_refused() -> None:
                         Decision("p", (), migrations={RUNNING_ONE_NODE: TO_A100}))
         assert [(o.kind, o.note) for o in report.outcomes] == [("not_movable", note)]
         assert runner.argvs == []
+    # [a100|v100]: what the daemon's one-type rule writes on an untyped gang (onetype.py)
     for fields in ({"features": "a100"}, {"features": "a100|v100"},
-                   {"excluded_nodes": "v100-03"}):
+                   {"features": "[a100|v100]"}, {"excluded_nodes": "v100-03"}):
         runner = _cluster(**fields)
         _pending_after_requeue(runner, RUNNING_ONE_NODE)
         report = _apply(_actuator(runner),
@@ -166,7 +169,8 @@ def test_plain_constraints_are_read_and_others_count_as_not_met() -> None:
     assert satisfies("a100", ("a100", "ib"))
     assert satisfies("a100&ib", ("a100", "ib")) and not satisfies("a100&ib", ("a100",))
     assert satisfies("a100|v100", ("v100",)) and not satisfies("a100|v100", ("t4",))
-    for unread in ("a100*2", "[a100|v100]", "a100,ib", "(a100&ib)|v100", ""):
+    assert satisfies("[a100|v100]", ("a100",)) and not satisfies("[a100|v100]", ("t4",))
+    for unread in ("a100*2", "[a100*2|v100]", "a100,ib", "(a100&ib)|v100", ""):
         assert not satisfies(unread, ("a100", "ib", "v100")), unread
 
 
@@ -212,7 +216,8 @@ def test_a_refused_target_leaves_the_cap_to_the_next_move_and_moves_share_the_fr
     state = made[1]
     twice = Decision("p", (), migrations={RUNNING_ONE_NODE: Placement(("a100-02",), (3,)),
                                           RUNNING_TWO_NODES: Placement(("a100-02",), (3,))})
-    steps = list(plan_moves(twice, state.job, 2, None, None, {"a100-02": 4}))
+    nodes = {node.name: node for node in state.nodes.nodes}
+    steps = list(plan_moves(twice, state.job, 2, nodes, None, {"a100-02": 4}))
     assert [type(step) for step in steps] == [Move, Refusal]
     assert steps[1] == Refusal(RUNNING_TWO_NODES, "target_busy",
                                "not moved: a100-02 has 1 GPU free now, the move needs 3")

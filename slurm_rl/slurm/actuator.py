@@ -254,10 +254,10 @@ class SlurmActuator:
     def _planned_moves(self, decision: Decision, state: SlurmState) -> list[Move | Refusal]:
         """The moves to send and the refusals: first on the job's own terms, then, when any
         move is left, against the GPUs free on its nodes now."""
-        features = {node.name: node.features for node in state.nodes.nodes}
+        nodes = {node.name: node for node in state.nodes.nodes}
 
         def planned(free: Mapping[str, int] | None) -> list[Move | Refusal]:
-            return list(plan_moves(decision, state.job, self.config.max_migrations, features,
+            return list(plan_moves(decision, state.job, self.config.max_migrations, nodes,
                                    self.pins.values, free))
 
         steps = planned(None)

@@ -18,18 +18,18 @@ leaves it alone; the audit trail records it as ``migrate``.
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ClusterShell.NodeSet import NodeSet
 
 from slurm_rl.core import Decision, Placement
 from slurm_rl.slurm.client import SlurmClient
+from slurm_rl.slurm.eligibility import node_conflict
 from slurm_rl.slurm.ownership import PIN, fold
 from slurm_rl.slurm.proc import CommandResult
-from slurm_rl.slurm.records import CHECKPOINT_TAG, PENDING_STATES, SlurmJob
+from slurm_rl.slurm.records import CHECKPOINT_TAG, PENDING_STATES, SlurmJob, SlurmNode
 
 RELEASE = {"StartTime": "now"}
 
@@ -59,12 +59,13 @@ class Refusal:
 
 def plan_moves(
     decision: Decision, job: Callable[[str], SlurmJob | None], cap: int,
-    node_features: Mapping[str, Sequence[str]] | None = None,
+    nodes: Mapping[str, SlurmNode],
     pinned_by_us: Mapping[str, frozenset[str]] | None = None,
     free: Mapping[str, int] | None = None,
 ) -> Iterator[Move | Refusal]:
     """The decision's migrations that may be sent (up to ``cap``), and why others may not.
-    ``pinned_by_us``: the ``ReqNodeList`` slurm-rl set, by job (any other is a user's).
+    ``nodes``: the nodes as Slurm shows them, by name. ``pinned_by_us``: the ``ReqNodeList``
+    slurm-rl set, by job (any other is a user's).
     ``free``: the GPUs free on each node just before the moves (None: not checked); a move
     whose nodes no longer have its GPUs free is refused, and each move sent takes its GPUs."""
     sent = 0
@@ -77,7 +78,7 @@ def plan_moves(
         elif not current.checkpointable:
             opt_in = f"--requeue and --comment={CHECKPOINT_TAG}"
             yield Refusal(job_id, "not_movable", f"not moved: it did not opt in ({opt_in})")
-        elif (conflict := target_conflict(current, placement, node_features or {},
+        elif (conflict := target_conflict(current, placement, nodes,
                                           pins.get(job_id))) is not None:
             yield Refusal(job_id, "not_movable", f"not moved: {conflict}")
         elif left is not None and (busy := busy_target(placement, left)) is not None:
@@ -105,38 +106,21 @@ def busy_target(placement: Placement, free: Mapping[str, int]) -> str | None:
     return None
 
 
-def target_conflict(job: SlurmJob, placement: Placement,
-                    node_features: Mapping[str, Sequence[str]],
+def target_conflict(job: SlurmJob, placement: Placement, nodes: Mapping[str, SlurmNode],
                     pinned_by_us: frozenset[str] | None = None) -> str | None:
     """Why the job may not be requeued onto ``placement`` (None: it may). Its ``ReqNodeList``,
     unless slurm-rl set it (``pinned_by_us``), is the user's, and the move's pin would replace
     it. Measured on Slurm 22.05.8: a requeued job pinned to a node its ``ExcNodeList`` names,
     or to one without a feature its ``--constraint`` asks for, stays pending with
-    ``BadConstraints`` for good."""
+    ``BadConstraints`` for good (so does one outside its partitions:
+    :mod:`slurm_rl.slurm.eligibility`)."""
     required = frozenset(job.required_nodes)
     if required and required != pinned_by_us:
         return f"its --nodelist={fold(required)} is the user's"
     excluded = set(job.excluded_nodes) & set(placement.nodes)
     if excluded:
         return f"its ExcNodeList names {','.join(sorted(excluded))}"
-    if not job.features:
-        return None
-    for node in placement.nodes:
-        if not satisfies(job.features, node_features.get(node, ())):
-            return f"--constraint={job.features} does not hold on {node} (or cannot be checked)"
-    return None
-
-
-def satisfies(constraint: str, features: Sequence[str]) -> bool:
-    """Whether a node with ``features`` meets a plain ``--constraint``: names joined by ``&``
-    (all) or by ``|`` (any). Anything else (counts, brackets, node-change operators) is not
-    read, and counts as not met: a move must never strand a job."""
-    have = set(features)
-    if re.fullmatch(r"[\w.-]+(&[\w.-]+)*", constraint):
-        return set(constraint.split("&")) <= have
-    if re.fullmatch(r"[\w.-]+(\|[\w.-]+)+", constraint):
-        return bool(set(constraint.split("|")) & have)
-    return False
+    return node_conflict(job, placement.nodes, nodes)
 
 
 def release_when_pending(

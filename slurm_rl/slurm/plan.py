@@ -17,6 +17,7 @@ from ClusterShell.NodeSet import NodeSet
 from slurm_rl.core import Decision, Placement
 from slurm_rl.slurm.client import update_argv
 from slurm_rl.slurm.deferral import deferred_until
+from slurm_rl.slurm.eligibility import node_conflict
 from slurm_rl.slurm.exclusion import plan_exclusion, stale_exclusions
 from slurm_rl.slurm.onetype import FEATURES, OneType
 from slurm_rl.slurm.ownership import EXC, PIN, fold
@@ -27,7 +28,7 @@ from slurm_rl.slurm.priority import (
     plan_priorities,
 )
 from slurm_rl.slurm.proc import CommandResult, is_unreachable
-from slurm_rl.slurm.records import SlurmJob, numeric_id
+from slurm_rl.slurm.records import SlurmJob, SlurmNode, numeric_id
 from slurm_rl.slurm.source import SlurmState
 
 _WHOLE_LIST = re.compile(r"invalid job id \d+(?:_\d+)?,")
@@ -130,6 +131,21 @@ def _users_pin(
         return placement, ""
     return None, (f"placement on {fold(placement.nodes)} dropped: its "
                   f"--nodelist={fold(current)} is the user's")
+
+
+def _eligible(
+    job: SlurmJob, placement: Placement | None, known: Mapping[str, SlurmNode], note: str
+) -> tuple[Placement | None, str]:
+    """The placement, or None with a note when Slurm would never run the job on its nodes
+    (outside its partitions, or against its constraint: :mod:`slurm_rl.slurm.eligibility`);
+    the job is then released without nodes, and Slurm picks them."""
+    if placement is None:
+        return placement, note
+    conflict = node_conflict(job, placement.nodes, known)
+    if conflict is None:
+        return placement, note
+    return None, f"placement on {fold(placement.nodes)} dropped: {conflict}, and Slurm " \
+        "would never start it there"
 
 
 def _placement_fields(job: SlurmJob, placement: Placement | None) -> dict[str, str]:
@@ -288,10 +304,12 @@ def _placing_fields(
     choice) Features fields (enforce and shadow only)."""
     out: dict[str, dict[str, str]] = {}
     one_type = OneType(state.nodes.nodes) if one_gpu_type else None
+    known = {node.name: node for node in state.nodes.nodes}
     for job in ranked:
         placement, pin_note = _users_pin(
             job, decision.placements.get(job.job_id), memory.pinned.get(job.job_id)
         )
+        placement, pin_note = _eligible(job, placement, known, pin_note)
         step = plan_exclusion(
             job,
             placement,
