@@ -328,6 +328,8 @@ def test_without_a_source_the_actuator_asks_slurm_itself() -> None:
     # Slurm 22.05.8's own words (measured on the dev cluster)
     ("Invalid job id specified", "vanished"),
     ("Job has already finished", "vanished"),
+    # it started between the snapshot and the call (a pin may have resized it: docs/slurm.md)
+    ("Job is no longer pending execution for job 1", "started"),
     ("Invalid node name specified", "rejected"),
     ("Invalid job ID 121,133", "rejected"),  # a job list for a one-job field: the call
     ("scontrol: error: Invalid Priority value: abc", "rejected"),

@@ -148,7 +148,9 @@ def _plugins(cfg: DevClusterConfig) -> list[str]:
         # The daemon's levers: Priority= is honoured by backfill or builtin with multifactor;
         # with every weight 0 each new job has priority 1, below anything the daemon sets.
         f"SchedulerType=sched/{cfg.scheduler}",
-        f"SchedulerParameters=sched_interval={cfg.sched_interval_s},"
+        # disable_job_shrink: a pin reaching a job that just started must not resize it
+        # (slurm.conf.example; slurm-rl selftest checks it).
+        f"SchedulerParameters=disable_job_shrink,sched_interval={cfg.sched_interval_s},"
         f"bf_interval={cfg.sched_interval_s},batch_sched_delay=0{_bf_resolution(cfg)}",
         "PriorityType=priority/multifactor",
         *zero_weights,

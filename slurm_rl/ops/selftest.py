@@ -4,7 +4,8 @@ Checks: munge encodes and decodes a credential (on slurm.conf's ``AuthInfo`` soc
 any); ``scontrol ping`` finds slurmctld UP; ``squeue --json`` and ``sinfo --json`` answer and
 parse, and how long they take against ``slurm_timeout_s``; the daemon's user may update jobs
 (root, SlurmUser or an administrator: a harmless no-op update of a pending job's admin
-comment when one is there; an Operator in slurmdbd's accounts: its AdminLevel); the
+comment when one is there; an Operator in slurmdbd's accounts: its AdminLevel); with mode
+enforce, slurm.conf's ``SchedulerParameters`` has ``disable_job_shrink``; the
 job_submit plugin is installed and reads what this daemon writes (heartbeat, window,
 partitions; ``ops/plugin_check.py``); the directories the daemon keeps its files in pass its
 own safety check, or do not exist yet and the daemon can make them; the store opens, or the
@@ -35,6 +36,7 @@ from slurm_rl.ops.common import load, open_store, safe
 from slurm_rl.ops.prometheus import model_version
 from slurm_rl.safefile import UnsafePathError, require_private_dir
 from slurm_rl.slurm.client import CliSlurmClient
+from slurm_rl.slurm.plan import Mode
 from slurm_rl.slurm.proc import Runner, make_runner
 from slurm_rl.slurm.records import SlurmJob
 from slurm_rl.slurm.source import in_partitions
@@ -149,6 +151,25 @@ def _slurm_user(runner: Runner, timeout_s: float) -> str | None:
         return None
     match = re.search(r"^SlurmUser\s*=\s*([^\s(]+)", result.stdout, re.MULTILINE)
     return match.group(1) if match else None
+
+
+def check_shrink(runner: Runner, config: DaemonConfig) -> Check:
+    """enforce pins jobs; a pin reaching a job that started since the snapshot resizes it
+    unless ``SchedulerParameters`` has ``disable_job_shrink`` (slurm.conf.example)."""
+    name = "job shrink"
+    if config.actuator_mode is not Mode.ENFORCE:
+        return Check(name, True, f"not needed: mode {config.actuator_mode.value} pins no job")
+    try:
+        result = runner(("scontrol", "show", "config"), config.slurm_timeout_s)
+    except SlurmRLError as exc:
+        return Check(name, False, f"cannot read Slurm's config ({exc})")
+    match = re.search(r"^SchedulerParameters\s*=\s*(\S*)", result.stdout, re.MULTILINE)
+    parameters = match.group(1).split(",") if match else []
+    if "disable_job_shrink" in parameters:
+        return Check(name, True, "SchedulerParameters has disable_job_shrink")
+    return Check(name, False, "a pin that reaches a job Slurm started meanwhile would resize "
+                 "it; fix: add disable_job_shrink to SchedulerParameters in slurm.conf "
+                 "(slurm.conf.example), then scontrol reconfigure")
 
 
 def admin_level(runner: Runner, user: str, timeout_s: float) -> str | None:
@@ -362,6 +383,7 @@ def run_checks(config: DaemonConfig) -> list[Check]:
     checks.append(latency)
     steps: list[Callable[[], Check]] = [
         lambda: check_permission(client, runner, pending),
+        lambda: check_shrink(runner, config),
         lambda: Check(plugin_check.NAME,
                       *plugin_check.check_deferral(config, _found_slurm_conf(config, runner),
                                                    _slurm_user(runner, client.timeout_s))),

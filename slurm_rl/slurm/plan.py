@@ -84,8 +84,9 @@ class JobOutcome:
     elsewhere); unchanged (Slurm already had it); left_to_slurm (deferral cap reached);
     not_pending (ranked but no longer pending); not_running, not_movable, target_busy,
     over_cap (a move refused).
-    ``error_kind``: vanished, permission, rejected, timeout, unreachable. ``note``: why part
-    of the decision was not applied (e.g. a user's own ``--exclude`` left alone). ``then``:
+    ``error_kind``: vanished, started, permission, rejected, timeout, unreachable.
+    ``note``: why part of the decision was not applied (e.g. a user's own ``--exclude`` left
+    alone). ``then``:
     the further calls Slurm accepted for the job in the same action (a move's pin and
     release), for the audit trail.
     """
@@ -419,11 +420,15 @@ def classify_error(message: str) -> str:
     id specified`` and ``Job has already finished`` for a job that is gone, ``Invalid node
     name specified`` for a node list Slurm refuses). A whole job list refused at once
     (``Invalid job ID 1,2``: a field Slurm takes for one job only) is a refusal of the call,
-    not a vanished job."""
+    not a vanished job. ``Job is no longer pending execution``: the job started between the
+    snapshot and the call (``started``; it is still there, and a pin sent to it may have
+    resized it unless slurm.conf has ``disable_job_shrink``: docs/slurm.md)."""
     text = message.lower()
     if _WHOLE_LIST.search(text):
         return "rejected"
-    if "invalid job id" in text or "already finished" in text or "no longer pending" in text:
+    if "no longer pending" in text:
+        return "started"
+    if "invalid job id" in text or "already finished" in text:
         return "vanished"
     if "permission denied" in text or "invalid user id" in text or "access" in text:
         return "permission"
