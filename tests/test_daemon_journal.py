@@ -309,3 +309,24 @@ def test_a_pinned_job_slurm_does_not_start_is_counted_and_explained(tmp_path: Pa
     shown = CliRunner().invoke(main, ["explain", "3", "--config", str(conf)])
     assert shown.exit_code == 0, shown.output
     assert "pinned 45 s ago and not started yet (Slurm's reason: Priority)" in shown.output
+
+
+def test_a_restarted_daemon_owns_the_pin_its_journal_holds_from_before_the_kill(
+        tmp_path: Path) -> None:
+    """The pin went out, then the process died before the cycle was stored. The restarted
+    daemon's source asks the store whose ``ReqNodeList`` the job shows before its actuator
+    stores the journal's leftovers; asked once per run, the pin counted as the user's for
+    the whole run (the job set aside as ``nodelist``, never placed or moved again)."""
+    daemon = _daemon(tmp_path, DyingRunner(_runner(), PIN_10))
+    with pytest.raises(Killed):
+        daemon.run_once()
+    after = _runner()
+    after.answer(SQUEUE, _squeue_showing({3: {"required_nodes": "a100-03",
+                                              "eligible_time": int(NOW) - 1}}))
+    restarted = _daemon(tmp_path, after)
+    try:
+        assert restarted.run_once().ok and restarted.run_once().ok
+        assert restarted.parts.source.set_aside.get("3") != "nodelist"
+        assert restarted.parts.actuator.pins.values["3"] == frozenset({"a100-03"})
+    finally:
+        restarted.close()

@@ -9,7 +9,10 @@ the last row of a job that carries ``<field>=...`` and that Slurm accepted (``sl
 when its last such call cleared it. A value ``slurm-rl revert`` put back counts as a clear:
 it is what Slurm showed before the daemon's change, which may be a user's. A call whose
 cycle row never reached the store (the store was down) is not there: that value then counts
-as someone else's and is left alone.
+as someone else's and is left alone. A call the journal holds but no cycle recorded yet (the
+daemon died after sending it; the actuator stores it at its next cycle, after the source has
+asked) counts too, unless Slurm refused it: the ledger adopts a value only when Slurm shows
+exactly that value, so a call that never went out changes nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from sqlalchemy import select
 
-from slurm_rl.store.models import CycleRow, DecisionRow
+from slurm_rl.journal import APPLIED, INTENDED, UNANSWERED
+from slurm_rl.store.models import CycleRow, DecisionRow, IntentRow
 from slurm_rl.store.repository import Store, job_key
 
 EXCLUDED = "ExcNodeList"
@@ -73,6 +77,27 @@ def last_values(store: Store, cluster: str, job_ids: Iterable[str], field: str
                     value = field_value(sent, field)
                     if value is not None:  # later calls overwrite earlier ones
                         found[keys[key]] = "" if action == REVERT else value
+    found.update(_journaled_values(store, cluster, list(keys.values()), field))
+    return found
+
+
+def _journaled_values(store: Store, cluster: str, job_ids: Sequence[str], field: str
+                      ) -> dict[str, str]:
+    """Per job id, the value of ``field`` in the last call the journal holds that no cycle
+    has recorded yet and Slurm did not refuse: newer than any decision row of the job."""
+    found: dict[str, str] = {}
+    open_states = (INTENDED, APPLIED, UNANSWERED)
+    with store.session() as session:
+        for start in range(0, len(job_ids), CHUNK):
+            query = (select(IntentRow.job_id, IntentRow.fields)
+                     .where(IntentRow.cluster == cluster,
+                            IntentRow.job_id.in_(job_ids[start:start + CHUNK]),
+                            IntentRow.cycle_id.is_(None), IntentRow.state.in_(open_states))
+                     .order_by(IntentRow.id))
+            for job_id, fields in session.execute(query):
+                value = fields.get(field) if isinstance(fields, dict) else None
+                if isinstance(value, str):
+                    found[job_id] = value
     return found
 
 
