@@ -17,8 +17,11 @@ Measured on Slurm 22.05.8 (``squeue --json``): a job submitted with ``--dependen
 (``DependencyNeverSatisfied`` once the parent failed); ``--hold`` gives ``priority`` 0 and
 ``JobHeldUser`` (also with a dependency); a user's future ``--begin`` shows ``BeginTime``
 with no deferral tag in ``admin_comment``. Jobs pending for nodes that went down
-(``ReqNodeNotAvail``) or a pin that cannot hold (``BadConstraints``) stay in when the pin is
-the daemon's own: it set that pin and is the one to change it.
+(``ReqNodeNotAvail``) stay in when the pin is the daemon's own: it set that pin and is the
+one to change it. A pin that can never hold (``BadConstraints``) also makes Slurm set the
+job's priority to 0, so such a job is set aside as held, even under the daemon's own pin;
+the actuator never sends such a pin (slurm_rl/slurm/eligibility.py), so only a change to
+the nodes' partitions or features after the pin leaves one, for an admin to clear.
 """
 
 from __future__ import annotations
