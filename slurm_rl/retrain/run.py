@@ -3,7 +3,8 @@ fine-tuning (or a given candidate bundle), registration, the gate, and promotion
 
 Every run leaves a ``retrain_runs`` row and exactly one INFO/WARNING line saying how it
 ended. Bad or thin logs skip the run; the active policy is never touched unless the gate
-promotes the candidate.
+promotes the candidate, and then only while the version it was judged against is still the
+active one (an admin may promote or roll back during the hours a retrain takes).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from slurm_rl.retrain.calibrate import Calibration, calibrate
 from slurm_rl.retrain.finetune import FinetuneSettings, finetune
 from slurm_rl.retrain.gate import GateSettings, PolicyRef, Verdict, judge
 from slurm_rl.retrain.window import LoggedWindow, RetrainSkipped, check_schema, load_window
-from slurm_rl.store.registry import ModelRegistry, Window
+from slurm_rl.store.registry import ActiveVersionChanged, ModelRegistry, Window, version_label
 from slurm_rl.store.registry_models import ModelVersionRow, RetrainRunRow
 from slurm_rl.store.repository import make_engine
 
@@ -121,12 +122,28 @@ def _retrain(engine: Engine, settings: RetrainSettings, now: float) -> RetrainRe
     metrics = {"calibration": about, "gate": verdict.as_dict()}
     _set_metrics(registry, version, metrics)
     if verdict.promote and settings.promote:
-        registry.promote(version, note=verdict.line())
+        try:
+            registry.promote(version, note=verdict.line(), expected_active=current_version)
+        except ActiveVersionChanged as exc:
+            return _not_promoted(registry, version, verdict, _changed_meanwhile(exc))
         return RetrainResult("promoted", f"retrain: v{version} promoted: {verdict.line()}",
                              version, verdict)
-    registry.set_status(version, "rejected", verdict.line())
-    return RetrainResult("rejected", f"retrain: v{version} registered, not promoted: "
-                         f"{verdict.line()}", version, verdict)
+    return _not_promoted(registry, version, verdict, verdict.line())
+
+
+def _not_promoted(registry: ModelRegistry, version: int, verdict: Verdict,
+                  why: str) -> RetrainResult:
+    """The candidate stays registered as ``rejected``, with ``why`` as its note."""
+    registry.set_status(version, "rejected", why)
+    return RetrainResult("rejected", f"retrain: v{version} registered, not promoted: {why}",
+                         version, verdict)
+
+
+def _changed_meanwhile(exc: ActiveVersionChanged) -> str:
+    """Why a candidate the gate preferred is not promoted: it was compared with a version
+    that is no longer active, and says nothing about the one that is."""
+    return (f"the active version changed from {version_label(exc.expected)} to "
+            f"{version_label(exc.found)} while it was judged: not promoted")
 
 
 def current_policy(registry: ModelRegistry,

@@ -2,33 +2,61 @@
 
 A version holds its bundle (``meta.json`` as JSON, ``weights.pt`` as bytes) or, for a
 baseline, only a policy name. Exactly one version is active at a time (or none: the daemon
-then runs its configured policy). Promote and rollback are one transaction each and append
-an event, so ``rollback`` restores whatever was active before the current version, and
-every daemon sharing the store sees the change at its next cycle.
+then runs its configured policy). Promote and rollback are one transaction each, serialised
+across every process sharing the store, and append an event, so ``rollback`` restores
+whatever was active before the current version, and every daemon sharing the store sees the
+change at its next cycle. A promotion may name the version it expects to replace (a retrain:
+the version its candidate was judged against) and is refused when another is active.
 """
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import io
 import json
+import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
-from sqlalchemy import func, select, update
+from sqlalchemy import false, func, select, text, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from slurm_rl.errors import InputError
+from slurm_rl.errors import InputError, SlurmRLError
 from slurm_rl.safefile import UnsafePathError, require_private_dir, write_atomic
 from slurm_rl.store.registry_models import ModelEventRow, ModelVersionRow
 
 META_FILE = "meta.json"
 WEIGHTS_FILE = "weights.pt"
+log = logging.getLogger("slurm_rl.store")
+
+
+class _Unchecked(enum.Enum):
+    ANY = "any"
+
+
+#: ``promote(..., expected_active=ANY_ACTIVE)``: replace whatever is active (an admin's choice).
+ANY_ACTIVE: Final = _Unchecked.ANY
+
+
+def version_label(version: int | None) -> str:
+    return f"v{version}" if version is not None else "none"
+
+
+class ActiveVersionChanged(SlurmRLError):
+    """A promotion expected another version to be active (it was changed meanwhile)."""
+
+    def __init__(self, expected: int | None, found: int | None) -> None:
+        self.expected, self.found = expected, found
+        super().__init__(f"the active version is {version_label(found)}, not "
+                         f"{version_label(expected)}")
 
 
 @dataclass(frozen=True)
@@ -111,11 +139,19 @@ class ModelRegistry:
             if note:
                 row.note = note
 
-    def promote(self, version: int, note: str = "") -> int | None:
-        """Make ``version`` the active one; returns the version active before (or None)."""
+    def promote(self, version: int, note: str = "", *,
+                expected_active: int | None | Literal[_Unchecked.ANY] = ANY_ACTIVE,
+                ) -> int | None:
+        """Make ``version`` the active one; returns the version active before (or None).
+        With ``expected_active`` (a version, or None for none) the promotion happens only
+        while that one is active, checked in the same transaction; otherwise
+        :class:`ActiveVersionChanged` and nothing changes."""
         with self._sessions.begin() as session:
+            self._lock_activation(session)
             row = self._row(session, version)
             previous = self._active_number(session)
+            if expected_active is not ANY_ACTIVE and previous != expected_active:
+                raise ActiveVersionChanged(expected_active, previous)
             if previous == version:
                 return previous
             session.execute(update(ModelVersionRow).where(ModelVersionRow.active)
@@ -128,6 +164,7 @@ class ModelRegistry:
         """Re-activate the version that was active before the current one; returns
         (restored version, replaced version). With no earlier version: InputError."""
         with self._sessions.begin() as session:
+            self._lock_activation(session)
             current = self._active_number(session)
             if current is None:
                 raise InputError("no active model version: nothing to roll back")
@@ -169,31 +206,40 @@ class ModelRegistry:
             return int(session.scalar(select(func.count()).select_from(ModelVersionRow)) or 0)
 
     def materialize(self, version: int, cache_dir: Path) -> Path:
-        """The version's bundle as a directory under ``cache_dir`` (written once, atomically:
-        a half-written bundle is never seen by a loading daemon). The cache must be the
+        """The version's bundle as a directory under ``cache_dir`` (written atomically: a
+        half-written bundle is never seen by a loading daemon). The cache must be the
         daemon's own (:func:`require_private_dir`): a bundle someone else put there, or a
-        link they planted, would be loaded as the active version."""
+        link they planted, would be loaded as the active version.
+
+        A copy already there is compared with the row's bytes on every call, and unpacked
+        again when it differs: version numbers restart at 1 in a recreated store or a new
+        database (SQLite to PostgreSQL), so ``v1`` may be another store's v1, and a crash
+        may have left a damaged copy. Reading the row's bundle is cheap enough here: the
+        daemon calls this only when the active version changes or at a reload, a retrain
+        once, never every cycle."""
         require_private_dir(cache_dir, "models cache")
         target = cache_dir / f"v{version}"
         if target.is_symlink():
             raise UnsafePathError(f"models cache entry {target} is a symbolic link; fix: "
                                   "remove it (the daemon writes it again)")
-        if (target / META_FILE).is_file():
+        files = self._bundle_files(version)
+        if _holds(target, files):
             return target
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=cache_dir, prefix=f".v{version}."))  # random, 0700
+        for name, content in files.items():
+            write_atomic(staging / name, content)
+        _install(staging, target, files)
+        return target
+
+    def _bundle_files(self, version: int) -> dict[str, bytes]:
+        """The version's bundle files as the cache holds them (name: bytes)."""
         with self._sessions() as session:
             row = self._row(session, version)
             if row.meta is None or row.weights is None:
                 raise InputError(f"model version {version} ({row.policy}) has no bundle")
-            meta, weights = row.meta, row.weights
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=cache_dir, prefix=f".v{version}."))  # random, 0700
-        write_atomic(staging / WEIGHTS_FILE, weights)
-        write_atomic(staging / META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        try:
-            staging.rename(target)
-        except OSError:  # another process made it first: theirs is identical
-            shutil.rmtree(staging, ignore_errors=True)
-        return target
+            meta = json.dumps(row.meta, indent=2, sort_keys=True) + "\n"
+            return {META_FILE: meta.encode(), WEIGHTS_FILE: bytes(row.weights)}
 
     def _row(self, session: Session, version: int) -> ModelVersionRow:
         row = session.get(ModelVersionRow, version)
@@ -206,10 +252,62 @@ class ModelRegistry:
     def _active_number(session: Session) -> int | None:
         return session.scalar(select(ModelVersionRow.version).where(ModelVersionRow.active))
 
+    @staticmethod
+    def _lock_activation(session: Session) -> None:
+        """Serialise changes of the active version across processes; first in the
+        transaction, so that the active version it then reads is the latest committed.
+
+        Without it PostgreSQL's read committed lets two promotions each read v1 active, each
+        clear it and set their own: two versions active. The table lock conflicts with
+        itself, not with the daemons' reads. On SQLite a write statement (matching no row)
+        takes the database's write lock, waiting the busy timeout for another's commit."""
+        if session.get_bind().dialect.name == "postgresql":
+            session.execute(text("LOCK TABLE model_versions IN SHARE ROW EXCLUSIVE MODE"))
+        else:
+            session.execute(update(ModelVersionRow).where(false()).values(active=False))
+
 
 def _event(action: str, version: int | None, previous: int | None, note: str) -> ModelEventRow:
     return ModelEventRow(at=datetime.now(UTC), action=action, version=version,
                          previous=previous, note=note)
+
+
+def _holds(target: Path, files: Mapping[str, bytes]) -> bool:
+    """Whether the cache entry ``target`` holds exactly these files' bytes."""
+    try:
+        return all((target / name).read_bytes() == content for name, content in files.items())
+    except OSError:  # missing, not a directory, unreadable: unpacked again
+        return False
+
+
+def _install(staging: Path, target: Path, files: Mapping[str, bytes]) -> None:
+    """Move the unpacked ``staging`` to ``target``. A copy there that differs (another
+    store's version of that number, or damaged) is moved aside first; one another process
+    unpacked from the same bytes meanwhile is kept."""
+    for _ in range(3):  # another process may be replacing the same entry
+        try:
+            staging.rename(target)
+            return
+        except OSError:
+            if _holds(target, files):
+                shutil.rmtree(staging, ignore_errors=True)
+                return
+        log.warning("models cache entry %s differs from the store's bundle of that version "
+                    "(another store's version, or damaged): unpacked again", target)
+        _move_aside(target)
+    shutil.rmtree(staging, ignore_errors=True)
+    raise UnsafePathError(f"models cache entry {target} could not be replaced; fix: remove it "
+                          "(the daemon writes it again)")
+
+
+def _move_aside(target: Path) -> None:
+    if not target.is_dir() or target.is_symlink():
+        target.unlink(missing_ok=True)
+        return
+    aside = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old."))
+    with contextlib.suppress(FileNotFoundError):  # another process moved it first
+        os.replace(target, aside)  # a directory onto an empty one: one step
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _read_bundle(path: Path) -> tuple[dict[str, Any], bytes]:
