@@ -122,6 +122,20 @@ def test_a_users_nice_is_read_in_every_layout() -> None:
         jobs = parse_jobs(json.dumps(doc)).jobs
         assert (jobs[0].nice, jobs[1].nice) == (150, 0), version
 
+def test_an_admins_negative_nice_is_read_not_the_job_dropped() -> None:
+    """``scontrol update Nice=-100`` (an admin's; docs/fairness.md: it moves the job up):
+    as a negative number it made the whole job record unreadable (the job left the
+    snapshot), and as 22.05 prints it, 4294967196, it sent the job to the bottom."""
+    for version in ("22.05", "24.11", "26.05"):
+        doc = json.loads(fixture_text(version, "squeue.json"))
+        doc["jobs"][0]["nice"] = -100
+        report = parse_jobs(json.dumps(doc))
+        assert report.unreadable == () and report.jobs[0].nice == -100, version
+    # 22.05 prints it as its 32-bit two's complement (measured: tests/slurm/test_nice_live.py)
+    doc = json.loads(fixture_text("22.05", "squeue.json"))
+    doc["jobs"][0]["nice"] = 2**32 - 100
+    assert parse_jobs(json.dumps(doc)).jobs[0].nice == -100
+
 
 def test_2205_sinfo_states_and_gres() -> None:
     report = parse_nodes(fixture_text("22.05", "sinfo.json"))

@@ -153,6 +153,26 @@ def _int(record: JsonObject, key: str, where: _Where) -> int | None:
     return None if value is None else int(value)
 
 
+def _signed(record: JsonObject, key: str, where: _Where) -> int | None:
+    """A number that may be negative (a job's nice: an admin may set it below 0). 22.05
+    prints a negative nice as its 32-bit two's complement (``Nice=-100`` shows 4294967196,
+    measured on the dev cluster): read back as the negative number it is."""
+    value = record.get(key)
+    if isinstance(value, dict) and "number" in value:
+        if not value.get("set", True) or value.get("infinite", False):
+            return None
+        return _signed(value, "number", where)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+        if not math.isfinite(value):
+            raise where.error(f"expected a finite number, got {value!r}", key)
+        return int(value)
+    return _as_int32(_int(record, key, where))
+
+
+def _as_int32(value: int | None) -> int | None:
+    return value - 2**32 if value is not None and value >= 2**31 else value
+
+
 def _time(record: JsonObject, key: str, where: _Where) -> float | None:
     """A Unix time; 0 means "not set" in the 22.05 layout."""
     value = _number(record, key, where)
@@ -309,7 +329,7 @@ def parse_job(record: JsonObject, index: int, source: str) -> SlurmJob:
         exit_code=_exit_code(record, where),
         array_pending=_array_pending(record, where),
         het_job=bool(_int(record, "het_job_id", where)),
-        nice=_int(record, "nice", where) or 0,  # 22.05 shows 0 as null
+        nice=_signed(record, "nice", where) or 0,  # 22.05 shows 0 as null
     )
 
 
@@ -468,7 +488,7 @@ class _PlainJob(msgspec.Struct):
     array_task_string: _Text = None
     array_task_id: _Unsigned = None
     het_job_id: _Unsigned = None
-    nice: _Unsigned = None
+    nice: int | None = None  # an admin may set it below 0
 
 
 class _PlainNode(msgspec.Struct):
@@ -562,7 +582,7 @@ def _plain_job(r: _PlainJob, where: _Where) -> SlurmJob:
         r.comment or "", r.requeue,
         None if code is None else (code >> 8 if code & 0x7F == 0 else 128 + (code & 0x7F)),
         bool(r.array_task_string) and _plain_int(r.array_task_id) is None,
-        bool(_plain_int(r.het_job_id)), _plain_int(r.nice) or 0,
+        bool(_plain_int(r.het_job_id)), _as_int32(_plain_int(r.nice)) or 0,
     )
 
 

@@ -216,6 +216,9 @@ class SlurmSource:
         # this query's jobs as core Jobs, by id, with their core_key: a Job is built again
         # only when its key changed (7,200 of them took 0.05 s a query)
         self._cores: dict[str, _Kept] = {}
+        # Each job's --nice as last seen non-zero: Slurm sets nice to 0 when the daemon
+        # sets a job's Priority (measured on 22.05.8), and the ranking step still weighs it.
+        self._nice: dict[str, int] = {}
         self._cluster: Cluster | None = None  # the last snapshot's, reused while it is equal
         # pending jobs left out of the last snapshot, by id: what they wait on (waiting.py)
         self.set_aside: dict[str, str] = {}
@@ -231,6 +234,8 @@ class SlurmSource:
         nodes = self.client.nodes()
         reservations = tuple(self.client.reservations())
         previous, self._cores = self._cores, {}
+        self._nice = {j.job_id: j.nice or self._nice.get(j.job_id, 0) for j in jobs.jobs
+                      if j.nice or j.job_id in self._nice}
         managed = {j.job_id: j for j in jobs.jobs if self._is_managed(j, previous)}
         cluster = self.config.cluster_name or nodes.meta.cluster or "slurm"
         self.last_state = SlurmState(now, jobs, nodes, FrozenDict(managed), reservations,
@@ -272,10 +277,12 @@ class SlurmSource:
         if self.config.partitions and not in_partitions(job.partition.split(","),
                                                         self.config.partitions):
             return False
-        key = core_key(job)
+        nice = self._nice.get(job.job_id, 0)
+        key = (*core_key(job), nice)
         kept = previous.get(job.job_id)
         if kept is None or kept[0] != key:
-            kept = (key, to_core_job(job))
+            core = to_core_job(job)
+            kept = (key, dataclasses.replace(core, nice=nice) if core is not None else None)
         self._cores[job.job_id] = kept
         return kept[1] is not None
 
