@@ -34,7 +34,8 @@ DEFAULT_TESTS="tests/slurm/test_live.py tests/slurm/test_daemon_live.py
     tests/slurm/test_waiting_live.py tests/slurm/test_nodelist_live.py
     tests/slurm/test_reservations_live.py tests/slurm/test_exclusions_live.py
     tests/slurm/test_migration_live.py tests/slurm/test_plugin_files_live.py
-    tests/slurm/test_accounting_live.py tests/slurm/test_shrink_live.py"
+    tests/slurm/test_accounting_live.py tests/slurm/test_shrink_live.py
+    tests/slurm/test_nice_live.py"
 # Retraining (75 s to 5 min a run, most of it training, not Slurm) runs on one version only,
 # and first: its daemon learns from every finished job squeue shows (MinJobAge=300 s), so the
 # jobs of the tests before it would enter its retrain window (run last, it found 70 jobs
