@@ -13,6 +13,7 @@ Only the policies see them; the recorder keeps the snapshot Slurm gave.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Callable
 
@@ -41,6 +42,9 @@ def stored_history(store: Callable[[], Store], days: float) -> History:
             return ()
         except SQLAlchemyError as exc:  # the cycle reports store trouble itself
             log.info("no stored history for the new policy: %s", str(exc).splitlines()[0])
+            return ()
+        except (ValueError, TypeError) as exc:  # a stored value that does not decode
+            log.warning("no stored history for the new policy: %s", _unreadable(exc))
             return ()
         return tuple(sorted(map(finished_job, window.jobs), key=lambda f: f.end_time))
 
@@ -80,12 +84,34 @@ class PrimedScheduler:
         self.placement = getattr(inner, "placement", None)
 
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
-        if self._history is not None:
-            stored = self._history(snapshot)
-            self._history = None
+        # Read once, whatever happens: a read that failed every cycle would cost every
+        # decision (and the heartbeat) for what is only a head start.
+        history, self._history = self._history, None
+        if history is not None:
+            stored = _primed(history, snapshot)
             if stored:
                 own = len(snapshot.finished)
                 snapshot = with_history(snapshot, stored)
                 log.info("the new policy learned from %d stored finished jobs",
                          len(snapshot.finished) - own)
         return self.inner.decide(snapshot)
+
+
+def _primed(history: History, snapshot: ClusterSnapshot) -> tuple[FinishedJob, ...]:
+    """The stored history, or none when reading it fails in a way :func:`stored_history`
+    does not foresee (a bug: logged with its traceback; the policy starts afresh)."""
+    try:
+        return history(snapshot)
+    except Exception:
+        log.exception("no stored history for the new policy")
+        return ()
+
+
+def _unreadable(error: Exception) -> str:
+    """One line on a stored row the window's reader cannot decode. The only JSON it reads is
+    ``decisions.details`` (of moves, for their first start)."""
+    text = str(error).strip().splitlines()
+    reason = text[0] if text else type(error).__name__
+    if isinstance(error, json.JSONDecodeError):
+        return f"a row of table decisions holds invalid JSON in column details ({reason})"
+    return f"a stored row cannot be read ({reason})"

@@ -16,8 +16,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-import os
-import select
 import signal
 import threading
 import time
@@ -38,6 +36,7 @@ from slurm_rl.daemon.heartbeat import FileHeartbeat, Heartbeat
 from slurm_rl.daemon.history import PrimedScheduler, stored_history
 from slurm_rl.daemon.jobcomp import JobcompLog
 from slurm_rl.daemon.recorder import CycleSummary, StoreRecorder, log_cycle
+from slurm_rl.daemon.waker import Waker
 from slurm_rl.errors import SlurmRLError
 from slurm_rl.live_policy import (
     FALLBACK_POLICY,
@@ -49,7 +48,12 @@ from slurm_rl.live_policy import (
 from slurm_rl.loop import DecisionMaker, run_cycle
 from slurm_rl.ops.prometheus import DaemonMetrics, error_kind, model_version
 from slurm_rl.retrain.follow import ModelFollower
-from slurm_rl.retrain.schedule import RetrainSchedule, schedule_settings, start_schedule
+from slurm_rl.retrain.schedule import (
+    RetrainProcesses,
+    RetrainSchedule,
+    schedule_settings,
+    start_schedule,
+)
 from slurm_rl.safefile import UnsafePathError, require_private_dir
 from slurm_rl.slurm import deferral
 from slurm_rl.slurm.actuator import PriorityRecall, SlurmActuator
@@ -141,32 +145,6 @@ class Parts:
     accounting: AccountingReader | None = None  # outcomes from sacct, when turned on
 
 
-class _Waker:
-    """An interruptible sleep: a signal handler may only write a byte to a pipe (taking a
-    lock there could deadlock with the interrupted code)."""
-
-    def __init__(self) -> None:
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._read, False)
-        os.set_blocking(self._write, False)
-
-    def wake(self) -> None:
-        with contextlib.suppress(BlockingIOError):
-            os.write(self._write, b"x")
-
-    def sleep(self, seconds: float) -> None:
-        if seconds > 0:
-            select.select([self._read], [], [], seconds)
-        with contextlib.suppress(BlockingIOError):
-            os.read(self._read, 4096)
-
-    def close(self) -> None:
-        if self._read >= 0:  # closing twice could close a descriptor reused meanwhile
-            os.close(self._read)
-            os.close(self._write)
-            self._read = self._write = -1
-
-
 class Daemon:
     """Builds the live loop from a config and runs it.
 
@@ -204,11 +182,12 @@ class Daemon:
         except BaseException:
             self.store.engine.dispose()
             raise
-        self._waker = _Waker()
+        self._waker = Waker()
         # Retraining (docs/retraining.md): the registry's active version, and the schedule.
         self._base_config = config
         self.models = ModelFollower(self.store.engine) if config.models_follow else None
         self.schedule: RetrainSchedule | None = None  # retraining and retention, in run()
+        self._retrains = RetrainProcesses()  # every schedule's, ended by close()
         self._looping = False  # run() owns the schedule and the metrics endpoint
         self._services: DaemonConfig | None = None  # the config they were started with
         if self.models is not None:
@@ -415,7 +394,7 @@ class Daemon:
                  shown_url(self.config.store), start_line(self.parts.source.client))
         self._looping = True
         self._services = self._base_config
-        self.schedule = start_schedule(self._base_config)
+        self.schedule = start_schedule(self._base_config, self._retrains)
         self.metrics.serve(self.config.metrics_address, self.config.metrics_port)
         with self._signal_handlers():
             while not self._stop:
@@ -440,7 +419,8 @@ class Daemon:
     def reload(self) -> bool:
         """Re-read the config and rebuild policy, source and actuator; False keeps the old."""
         self._reload = False
-        old, old_store = self.parts, self.store
+        old, old_store, old_base = self.parts, self.store, self._base_config
+        seen = self.models.seen if self.models is not None else None
         store: Store | None = None
         try:
             config = self._base_config = self._load()
@@ -451,10 +431,15 @@ class Daemon:
             if config.store != old.config.store:
                 store = self._open_store(config)
             self._commit(parts, previous=old, store=store)
-        except SlurmRLError as exc:
+        except (SlurmRLError, SQLAlchemyError) as exc:  # SQLAlchemyError: the store is down
             if store is not None:
                 store.engine.dispose()
-            log.warning("reload failed, keeping the running config: %s", exc)
+            # Really keep it: else the next cycle's model check would build the new config.
+            self._base_config = old_base
+            if self.models is not None:
+                self.models.seen = seen
+            log.warning("reload failed, keeping the running config: %s",
+                        one_line(exc) if isinstance(exc, SQLAlchemyError) else exc)
             return False
         self._follow_after_reload(store is not None)
         self._restart_services(self._base_config)
@@ -474,9 +459,9 @@ class Daemon:
             return
         self._services = new
         if schedule_settings(old) != schedule_settings(new):
-            if self.schedule is not None:
-                self.schedule.shutdown()
-            self.schedule = start_schedule(new)
+            if self.schedule is not None:  # a running retrain finishes (close() ends it)
+                self.schedule.shutdown(end_retrain=False)
+            self.schedule = start_schedule(new, self._retrains)
         if (old.metrics_address, old.metrics_port) != (new.metrics_address, new.metrics_port):
             self.metrics.close()
             self.metrics.serve(new.metrics_address, new.metrics_port)
@@ -486,6 +471,7 @@ class Daemon:
         if self.schedule is not None:
             self.schedule.shutdown()
             self.schedule = None
+        self._retrains.stop()  # else the exit waits for a retrain, up to retrain_timeout_s
         self._flush_quietly()
         if retire and self.config.changes_slurm:
             with contextlib.suppress(OSError):
@@ -531,10 +517,12 @@ class Daemon:
         try:
             config = self.models.effective(self._base_config)
             self._commit(self._build(config), previous=self.parts)
-        except (SlurmRLError, SQLAlchemyError) as exc:
+        except Exception as exc:  # it runs outside the cycle's handling: never end the daemon
             self.models.committed()  # not retried every cycle; a new version or SIGHUP will
+            known = isinstance(exc, SlurmRLError | SQLAlchemyError)  # else a bug: the trace
             log.warning("model version %s not taken, keeping policy %s: %s",
-                        self.models.pending, self.config.policy, one_line(exc))
+                        self.models.pending, self.config.policy, one_line(exc),
+                        exc_info=not known)
             return False
         self.models.committed()
         if self.models.pending is not None:  # the metric names the registry's version too
