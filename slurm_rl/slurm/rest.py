@@ -28,7 +28,8 @@ from slurm_rl.slurm.errors import (
     SlurmUnavailableError,
 )
 from slurm_rl.slurm.hostlist import HostlistError, expand
-from slurm_rl.slurm.parse import load_document, parse_jobs, parse_nodes
+from slurm_rl.slurm.json_document import load_document
+from slurm_rl.slurm.parse import parse_jobs, parse_nodes
 from slurm_rl.slurm.proc import CommandResult, is_unreachable
 from slurm_rl.slurm.records import JobsReport, NodesReport
 from slurm_rl.slurm.reservations import SlurmReservation
