@@ -66,6 +66,9 @@ TEN_YEARS_D = 3650
 MAX_PRIORITY_FLOOR = 2**30
 
 
+# retention_days keeps at least the retrain window plus this (a job's decisions are older
+# than its end by its wait and run time).
+RETENTION_MARGIN_DAYS = 7.0
 # The actuator's own defaults, so that the daemon's cannot drift from them.
 _ACTUATOR = ActuatorConfig()
 
@@ -229,6 +232,23 @@ class DaemonConfig(BaseModel):
                 f"heartbeat_max_age_s ({self.heartbeat_max_age_s}) must be at least twice "
                 f"interval_s ({self.interval_s:g})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _retention_keeps_what_is_read(self) -> DaemonConfig:
+        # A retrain reads the jobs that ended in its window with their decision rows, which
+        # may be older by the jobs' own wait and run time; history priming reads its days.
+        # Rows retention deleted would silently drop those jobs from what is learned.
+        if not self.retention_days:
+            return self
+        needed = max(self.retrain_window_days + RETENTION_MARGIN_DAYS
+                     if self.retrain_every_h else 0.0, self.history_days)
+        if self.retention_days < needed:
+            raise ValueError(
+                f"retention_days ({self.retention_days:g}) must be at least {needed:g}: "
+                "retrain_window_days plus a week for the jobs' own wait and run time, and "
+                "history_days, or a retrain or a new policy learns from jobs whose decisions "
+                "were deleted")
         return self
 
     @field_validator("dispatch")

@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from slurm_rl.config import load_config
+from slurm_rl.config import DaemonConfig, load_config
 from slurm_rl.errors import InputError
 
 
@@ -61,3 +62,14 @@ def test_a_fifo_or_deep_nesting_as_the_config_is_one_line(tmp_path: Path) -> Non
     huge.write_text("[daemon]\nseed = " + "9" * 5000 + "\n")
     with pytest.raises(InputError, match="not valid TOML"):
         load_config(huge)
+
+
+def test_retention_must_keep_what_a_retrain_and_history_priming_read() -> None:
+    """A retrain reads the jobs that ended in its window with their decisions (older by the
+    jobs' wait and run); deleted rows would silently drop those jobs from what is learned."""
+    with pytest.raises(ValidationError, match=r"retention_days \(7\) must be at least 14"):
+        DaemonConfig(retention_days=7, retrain_every_h=24)
+    with pytest.raises(ValidationError, match=r"retention_days \(5\) must be at least 7"):
+        DaemonConfig(retention_days=5)  # history_days 7
+    assert DaemonConfig(retention_days=14, retrain_every_h=24).retention_days == 14
+    assert DaemonConfig(retention_days=0, retrain_every_h=24, history_days=0).retention_days == 0

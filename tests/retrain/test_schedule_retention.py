@@ -30,7 +30,7 @@ def test_retention_runs_on_time_while_a_long_retrain_runs(
     monkeypatch.setattr(schedule, "run_retrain_process", long_retrain)
     monkeypatch.setattr(schedule, "run_retention", lambda **kwargs: retained.set())
     config = DaemonConfig(store_url=f"sqlite:///{tmp_path}/s.sqlite", state_dir=tmp_path,
-                          retrain_every_h=24, retention_days=7, retrain_misfire_grace_s=1)
+                          retrain_every_h=24, retention_days=30, retrain_misfire_grace_s=1)
     started = start_schedule(config)
     assert started is not None
     try:
