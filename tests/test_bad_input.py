@@ -71,6 +71,18 @@ def test_a_store_url_that_is_no_url_is_one_line(command: list[str], tmp_path: Pa
         "postgresql+psycopg://user@host/db"]
 
 
+@pytest.mark.parametrize("command", [["models", "list"], ["retrain"], ["explain", "5"]])
+@pytest.mark.parametrize(("url", "module"), [("mysql://u:s3cret@127.0.0.1/db", "MySQLdb"),
+                                             ("postgresql+psycopg2://u@h/db", "psycopg2")])
+def test_a_store_url_whose_driver_is_not_installed_is_one_line(
+        command: list[str], url: str, module: str) -> None:
+    """A site with slurmdbd's MariaDB, or a guide's psycopg2 URL: ModuleNotFoundError was a
+    traceback in every command that opens the store."""
+    code, lines = _run(*command, "--store", url)
+    assert code == 2 and len(lines) == 1 and "s3cret" not in lines[0]
+    assert f"is not installed ({module}); use one of sqlite:////" in lines[0]
+
+
 def test_a_store_url_error_never_shows_the_password() -> None:
     code, lines = _run("models", "list", "--store", "postgres://u:s3cret@h/db")
     assert code == 2 and "s3cret" not in lines[-1] and "'postgres://u:***@h/db'" in lines[-1]

@@ -74,6 +74,10 @@ def make_engine(url: str) -> Engine:
     except (ArgumentError, ValueError) as exc:  # an unknown dialect, a port that is no number
         raise InputError(f"store URL '{_shown(parsed)}': {str(exc).splitlines()[0]}; give a "
                          f"SQLAlchemy URL, e.g. {_EXAMPLE_URLS}") from None
+    except ImportError as exc:  # mysql://, postgresql+psycopg2://: a driver not installed
+        raise InputError(f"store URL '{_shown(parsed)}': the driver for {parsed.drivername} "
+                         f"is not installed ({exc.name or exc}); use one of "
+                         f"{_EXAMPLE_URLS}") from None
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
