@@ -15,6 +15,7 @@ from slurm_rl.agents.registry import baseline_names, make_scheduler
 from slurm_rl.core import Cluster, ClusterSnapshot, Job, Node
 from slurm_rl.live_policy import check_name
 from slurm_rl.policy import PlacementPolicy
+from slurm_rl.simulator.perfmodel import datasheet_gpu_speeds
 from slurm_rl.training.evaluate import PLACEMENTS
 
 SPEED = {"A100": 2.0, "V100": 1.0}
@@ -53,6 +54,20 @@ def test_random_follows_its_seed() -> None:
 
 def test_fastest_gpu_prefers_the_fastest_type_then_the_fullest_node() -> None:
     assert nodes_for(build("fastest-gpu")) == ("a100-1",)
+
+
+def test_fastest_gpu_knows_every_name_the_performance_model_takes_for_a_type() -> None:
+    """Nodes reporting ``A100-80GB`` or ``V100M32`` (pai-2020, venus) were ranked as the
+    slowest of all: only the five measured names had a speed."""
+    cluster = Cluster("named", (Node("p100-0", "P100", 4), Node("v100-0", "V100M32", 4),
+                                Node("a100-0", "A100-80GB", 4)))
+    free = (4, 4, 4)
+    job = Job("j", 0.0, 2)
+    fastest = HEURISTICS["fastest-gpu"](PlacementContext(datasheet_gpu_speeds(), 0))
+    chosen = fastest.place(job, free, ClusterSnapshot(0.0, cluster, free, (job,)))
+    assert chosen is not None and chosen.nodes == ("a100-0",)
+    chosen = fastest.place(job, (4, 4, 0), ClusterSnapshot(0.0, cluster, (4, 4, 0), (job,)))
+    assert chosen is not None and chosen.nodes == ("v100-0",)
 
 
 def test_cheapest_gpu_prefers_the_cheapest_gpu_hour() -> None:

@@ -297,10 +297,17 @@ def _default_model() -> PerformanceModel:
 @functools.cache
 def datasheet_gpu_speeds() -> dict[str, float]:
     """A datasheet-like speed per GPU type: the geometric mean over job families of its
-    measured speed relative to V100. What fastest-GPU-first ranks by; it knows no machine."""
-    by_family = PerformanceModel.default().speed_table()
+    measured speed relative to V100. What fastest-GPU-first ranks by; it knows no machine.
+    Every name the model accepts for a type (``A100-80GB``, ``V100M32``, ``NVIDIA-TESLA-T4``,
+    and the assumed ones such as ``P40`` as P100) gets that type's speed: a cluster whose
+    nodes report such a name had them ranked as the slowest of all."""
+    model = PerformanceModel.default()
+    by_family = model.speed_table()
     types = {t for row in by_family.values() for t in row}
-    return {
+    speeds = {
         t: math.exp(statistics.fmean(math.log(row[t]) for row in by_family.values() if t in row))
         for t in sorted(types)
     }
+    for name in model.known_gpu_names():
+        speeds.setdefault(name, speeds.get(model.canonical_gpu_type(name), 0.0))
+    return speeds
