@@ -5,7 +5,8 @@ any); ``scontrol ping`` finds slurmctld UP; ``squeue --json`` and ``sinfo --json
 parse, and how long they take against ``slurm_timeout_s``; the daemon's user may update jobs
 (root, SlurmUser or an administrator: a harmless no-op update of a pending job's admin
 comment when one is there; an Operator in slurmdbd's accounts: its AdminLevel); with mode
-enforce, slurm.conf's ``SchedulerParameters`` has ``disable_job_shrink``; the
+enforce, slurm.conf's ``SchedulerParameters`` has ``disable_job_shrink``; the managed
+partitions, the GPU prices and the GPU types match what Slurm shows; the
 job_submit plugin is installed and reads what this daemon writes (heartbeat, window,
 partitions; ``ops/plugin_check.py``); the directories the daemon keeps its files in pass its
 own safety check, or do not exist yet and the daemon can make them; the store opens, or the
@@ -39,6 +40,7 @@ from slurm_rl.slurm.client import CliSlurmClient
 from slurm_rl.slurm.plan import Mode
 from slurm_rl.slurm.proc import Runner, make_runner
 from slurm_rl.slurm.records import SlurmJob
+from slurm_rl.slurm.site_check import site_problems
 from slurm_rl.slurm.source import in_partitions
 from slurm_rl.store import migrate
 from slurm_rl.store.models import CycleRow
@@ -170,6 +172,21 @@ def check_shrink(runner: Runner, config: DaemonConfig) -> Check:
     return Check(name, False, "a pin that reaches a job Slurm started meanwhile would resize "
                  "it; fix: add disable_job_shrink to SchedulerParameters in slurm.conf "
                  "(slurm.conf.example), then scontrol reconfigure")
+
+
+def check_site(client: CliSlurmClient, config: DaemonConfig) -> Check:
+    """The site config against the cluster Slurm shows (slurm_rl/slurm/site_check.py)."""
+    name = "site config"
+    try:
+        nodes = client.nodes().nodes
+    except SlurmRLError as exc:
+        return Check(name, False, f"cannot read the nodes ({exc})")
+    problems = site_problems(nodes, config.partitions, config.price_per_gpu_hour)
+    if problems:
+        return Check(name, False, "; ".join(problems) + "; fix: the [daemon] keys named, "
+                     "or a Type= in gres.conf the performance model knows "
+                     "(docs/performance-model.md, GPU names)")
+    return Check(name, True, "partitions, prices and GPU types match the cluster")
 
 
 def admin_level(runner: Runner, user: str, timeout_s: float) -> str | None:
@@ -384,6 +401,7 @@ def run_checks(config: DaemonConfig) -> list[Check]:
     steps: list[Callable[[], Check]] = [
         lambda: check_permission(client, runner, pending),
         lambda: check_shrink(runner, config),
+        lambda: check_site(client, config),
         lambda: Check(plugin_check.NAME,
                       *plugin_check.check_deferral(config, _found_slurm_conf(config, runner),
                                                    _slurm_user(runner, client.timeout_s))),

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from slurm_rl.core import (
@@ -38,6 +38,7 @@ from slurm_rl.slurm.gres import gpu_counts, single_request
 from slurm_rl.slurm.ownership import Ledger, pin_ledger
 from slurm_rl.slurm.records import JobsReport, NodesReport, SlurmJob, SlurmNode, numeric_id
 from slurm_rl.slurm.reservations import SlurmReservation, reserved_nodes
+from slurm_rl.slurm.site_check import site_problems
 from slurm_rl.slurm.waiting import waits_on
 
 log = logging.getLogger(__name__)
@@ -170,6 +171,14 @@ def free_gpus(node: SlurmNode, reserved: frozenset[str] = frozenset()) -> int:
     return total - used if node.usable and node.name not in reserved else 0
 
 
+def _price(prices: Mapping[str, float], gpu_type: str) -> float:
+    """The configured price of ``gpu_type``, its case ignored (A100 prices Slurm's a100)."""
+    found = prices.get(gpu_type)
+    if found is None:
+        found = next((v for k, v in prices.items() if k.lower() == gpu_type.lower()), 0.0)
+    return found
+
+
 def build_cluster(
     nodes: Iterable[SlurmNode], name: str, config: SourceConfig,
     reserved: frozenset[str] = frozenset(),
@@ -182,7 +191,7 @@ def build_cluster(
         gpu_type, total, _ = node_gpus(node)
         if total <= 0 or not in_partitions(node.partitions, config.partitions):
             continue
-        price = config.price_per_gpu_hour.get(gpu_type, 0.0)
+        price = _price(config.price_per_gpu_hour, gpu_type)
         members.append(Node(node.name, gpu_type, total, price_per_gpu_hour=price))
         free.append(free_gpus(node, reserved))
     return Cluster(name, tuple(members)), tuple(free)
@@ -211,6 +220,8 @@ class SlurmSource:
         self.pins = pins if pins is not None else pin_ledger()
         self.last_state: SlurmState | None = None
         self._reported: set[str] = set()
+        self._said: set[str] = set()  # site config problems logged (once a run each)
+        self._checked: Cluster | None = None  # the cluster they were last checked on
         self._placements: dict[str, Placement] = {}
         self._runs: dict[str, tuple[tuple[object, ...], list[RunningJob]]] = {}  # _running
         # this query's jobs as core Jobs, by id, with their core_key: a Job is built again
@@ -257,8 +268,19 @@ class SlurmSource:
         cluster, free = build_cluster(state.nodes.nodes, state.cluster, self.config,
                                       reserved)
         pending, running, finished = self._split(state.managed.values(), state.time)
-        return ClusterSnapshot(state.time, self._stable(cluster), free, pending, running,
-                               finished)
+        stable = self._stable(cluster)
+        if stable is not self._checked:  # the nodes changed: check the site config again
+            self._checked = stable
+            self._say_site_problems(state.nodes.nodes)
+        return ClusterSnapshot(state.time, stable, free, pending, running, finished)
+
+    def _say_site_problems(self, nodes: Sequence[SlurmNode]) -> None:
+        """Each mismatch of the site config with the cluster, once a run (site_check.py)."""
+        config = self.config
+        for problem in site_problems(nodes, config.partitions, config.price_per_gpu_hour):
+            if problem not in self._said:
+                self._said.add(problem)
+                log.warning("site config: %s", problem)
 
     def _stable(self, cluster: Cluster) -> Cluster:
         """The previous snapshot's cluster object while the nodes are unchanged. Policies key

@@ -172,12 +172,13 @@ def test_selftest_reports_each_check(live: LiveCluster, tmp_path: Path) -> None:
     lines = result.stdout.splitlines()
     assert result.returncode == 0, result.stdout + result.stderr
     for name in ("munge", "scontrol ping", "query latency", "permission to update jobs",
-                 "job shrink", "deferral plugin", "directories", "store", "model"):
+                 "job shrink", "site config", "deferral plugin", "directories", "store",
+                 "model"):
         assert any(line.startswith(f"ok   {name}:") for line in lines), (name, lines)
     assert f"a no-op update of job {job} was accepted" in result.stdout
     assert "agrees with the daemon" in result.stdout
     assert "SchedulerParameters has disable_job_shrink" in result.stdout
-    assert lines[-1] == "9 of 9 checks passed"
+    assert lines[-1] == "10 of 10 checks passed"
 
 
 def test_selftest_before_the_daemons_first_run_passes_on_the_state_dir_it_will_make(
@@ -191,7 +192,7 @@ def test_selftest_before_the_daemons_first_run_passes_on_the_state_dir_it_will_m
     assert before.returncode == 0, before.stdout + before.stderr
     assert f"state directory {state} will be created by the daemon" in before.stdout
     assert f"the daemon creates {state} and {state / 'slurm-rl.sqlite'}" in before.stdout
-    assert before.stdout.splitlines()[-1] == "9 of 9 checks passed"
+    assert before.stdout.splitlines()[-1] == "10 of 10 checks passed"
     assert not state.exists()  # selftest made nothing
     _daemon(live, tmp_path, state_dir=state).close(retire=False)
     after = _cli(live, tmp_path, "selftest", enforce=True, state=state)

@@ -255,7 +255,7 @@ def test_the_readme_enforce_trial_defers_a_gpu_job_and_the_daemon_places_it(
     assert not trial.waits, f"the README no longer waits for: {trial.waits}"
     assert trial.env["SLURM_RL_HEARTBEAT_PATH"] == str(trial.cluster.heartbeat_path)
     selftest = next(out for line, out in trial.outputs.items() if " selftest" in line)
-    assert "will be created by the daemon" in selftest and "9 of 9 checks passed" in selftest
+    assert "will be created by the daemon" in selftest and "10 of 10 checks passed" in selftest
     job, until = trial.job, trial.deferred_until
     assert job is not None and until is not None, "the README submits no job"
     shown = next(out for line, out in trial.outputs.items() if line.startswith("scontrol"))
