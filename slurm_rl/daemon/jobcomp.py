@@ -27,6 +27,7 @@ where slurmdbd runs.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
@@ -37,6 +38,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from slurm_rl.core import FinishedJob, Job, Placement
+from slurm_rl.errors import InputError
+from slurm_rl.input_files import open_regular
 from slurm_rl.safefile import write_atomic
 from slurm_rl.slurm.hostlist import HostlistError, expand
 from slurm_rl.slurm.scontrol import parse_local_time, parse_pairs
@@ -148,12 +151,15 @@ class JobcompLog:
         self._read_to: _Position | None = None
 
     def read_new(self) -> list[CompletedJob]:
-        try:
-            stat = self.path.stat()
-            start = self._start(stat.st_ino, stat.st_size)
-            with self.path.open("rb") as handle:
+        try:  # open_regular: a FIFO there would block the daemon's cycle for good
+            with open_regular(self.path, "jobcomp log") as handle:
+                stat = os.fstat(handle.fileno())
+                start = self._start(stat.st_ino, stat.st_size)
                 handle.seek(start)
                 data = handle.read()
+        except InputError as exc:
+            log.warning("jobcomp log not read: %s", exc)
+            return []
         except OSError as exc:
             log.warning("jobcomp log %s not read: %s", self.path, exc.strerror)
             return []

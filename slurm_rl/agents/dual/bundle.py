@@ -25,7 +25,8 @@ from slurm_rl.agents.dual.features import CLUSTER_FEATURES, FEATURE_SCHEMA_VERSI
 from slurm_rl.agents.dual.messages import MESSAGE_FEATURES
 from slurm_rl.agents.dual.network import DualNetwork, NetworkConfig
 from slurm_rl.agents.starvation import STARVATION_H, guard_seconds
-from slurm_rl.errors import SlurmRLError
+from slurm_rl.errors import InputError, SlurmRLError
+from slurm_rl.input_files import open_regular
 from slurm_rl.safefile import write_atomic
 
 BUNDLE_FORMAT = "slurm-rl-policy-bundle/1"
@@ -138,11 +139,14 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     inside torch (IndexError for a text file); all of them mean "not a weights file slurm-rl
     wrote", and torch's own text would advise loading it unsafely. Every tensor must hold
     finite numbers: a NaN weight turns every score into NaN and the order into noise."""
-    file = path / WEIGHTS_FILE
+    if not (path / WEIGHTS_FILE).exists():
+        raise BundleError(f"policy bundle {path}: no {WEIGHTS_FILE}")
     try:
-        state = torch.load(file, weights_only=True, map_location="cpu")
-    except FileNotFoundError:
-        raise BundleError(f"policy bundle {path}: no {WEIGHTS_FILE}") from None
+        with open_regular(path / WEIGHTS_FILE, "weights file") as file:
+            state = torch.load(file, weights_only=True, map_location="cpu")
+    except InputError as error:
+        raise BundleError(f"policy bundle {path}: {WEIGHTS_FILE} not readable: {error}"
+                          ) from None
     except OSError as error:
         raise BundleError(f"policy bundle {path}: {WEIGHTS_FILE} not readable: "
                           f"{error.strerror}") from None
@@ -300,11 +304,14 @@ def trained_dispatch(directory: Path | str) -> bool | None:
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
-    try:
-        meta = json.loads((path / META_FILE).read_text())
-    except FileNotFoundError:
-        raise BundleError(f"no policy bundle at {path} (no {META_FILE})") from None
-    except (OSError, json.JSONDecodeError) as error:
+    if not (path / META_FILE).exists():
+        raise BundleError(f"no policy bundle at {path} (no {META_FILE})")
+    try:  # open_regular: a FIFO or a device in a bundle would block the read for good
+        with open_regular(path / META_FILE, "bundle file") as file:
+            meta = json.loads(file.read())
+    except InputError as error:
+        raise BundleError(f"policy bundle {path}: unreadable {META_FILE}: {error}") from None
+    except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError
         raise BundleError(f"policy bundle {path}: unreadable {META_FILE}: {error}") from None
     if not isinstance(meta, dict) or meta.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"policy bundle {path}: not a {BUNDLE_FORMAT} bundle")
