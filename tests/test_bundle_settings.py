@@ -144,6 +144,21 @@ def test_the_command_line_sets_shows_and_refuses_in_one_line(bundle: Path) -> No
     assert "no policy bundle" in refused.output
 
 
+def test_an_empty_reason_is_refused_and_a_misshapen_network_names_the_tensor(
+        bundle: Path) -> None:
+    """A bad-input review: ``--reason ""`` was accepted though it is required, and weights
+    that do not fit meta.json's network ended "... state_dict for DualNetwork:" with nothing
+    after the colon."""
+    refused = CliRunner().invoke(main, ["bundle", "set", str(bundle), "--starvation-h", "0",
+                                        "--reason", " "])
+    assert refused.exit_code == 2 and "'--reason': say why the setting changes" in refused.output
+    meta = json.loads((bundle / META_FILE).read_text())
+    meta["network"]["hidden"] = 3
+    (bundle / META_FILE).write_text(json.dumps(meta))
+    with pytest.raises(BundleError, match=r"DualNetwork: size mismatch for \S+: copying a "):
+        load_bundle(bundle)
+
+
 def test_make_train_default_sets_what_the_shipped_bundle_records() -> None:
     """The shipped meta.json's changes since training are the ones `make train-default` makes
     after training, with the same reasons: the recipe reproduces the settings, not only the

@@ -63,6 +63,8 @@ def set_command(directory: Path, chooser: str | None, starvation_h: float | None
                 ordering_sharpness: float | None, long_limit_h: float | None,
                 reason: str) -> None:
     """Change how the bundle acts, its weights untouched; each change is recorded."""
+    if not reason.strip():
+        raise click.BadParameter("say why the setting changes", param_hint="'--reason'")
     change_settings(directory, SettingsChange(chooser, starvation_h, ordering_sharpness,
                                               long_limit_h), reason)
     _show(directory)

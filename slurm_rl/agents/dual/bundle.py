@@ -283,8 +283,12 @@ def _check_network_settings(path: Path, settings: Mapping[str, Any]) -> None:
 
 
 def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    """The error's first line; torch's "Error(s) in loading state_dict for X:" says nothing
+    before its colon, so the first mismatch it lists is added."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
 
 
 def trained_dispatch(directory: Path | str) -> bool | None:
