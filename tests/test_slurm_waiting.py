@@ -122,3 +122,33 @@ def test_the_daemon_leaves_them_alone_and_counts_them(tmp_path: Any) -> None:
         assert counts == {"held": 1, "dependency": 1, "begin_time": 1, "limit": 0}
     finally:
         daemon.close(retire=False)
+
+
+def test_a_later_begin_its_user_set_on_a_deferred_job_is_theirs() -> None:
+    """The plugin's tag stays after ``scontrol update StartTime=now+1hour`` by the job's
+    user (rc 0 on their own pending job); the daemon released it with ``StartTime=now``
+    (a review measured it on 22.05.8). Past submit + defer_cap_s the daemon never defers,
+    so such a begin is the user's: set aside, and never released."""
+    from slurm_rl.core import Decision
+    from slurm_rl.slurm.deferral import deferred_until
+    from slurm_rl.slurm.plan import ActuatorConfig, Mode, plan
+
+    plain = _plain()
+    until = deferred_until(plain.admin_comment)  # the recording lengthened the window
+    assert until is not None and plain.submit_time is not None
+    end = max(until, plain.submit_time + 600.0)
+    later = dataclasses.replace(plain, eligible_time=end + 3600)
+    assert waits_on(later, SUBMIT + 5, defer_cap_s=600.0) == "begin_time"
+    assert waits_on(later, SUBMIT + 5) is None  # no cap known: the tag's
+    held = dataclasses.replace(plain, eligible_time=end)  # the plugin's or the daemon's
+    assert waits_on(held, SUBMIT + 5, defer_cap_s=600.0) is None
+
+    source = _source(SUBMIT + 5)
+    source.snapshot()
+    assert source.last_state is not None
+    config = ActuatorConfig(mode=Mode.ENFORCE, defer_cap_s=600.0)
+    for job, released in ((later, False), (held, True)):
+        state = dataclasses.replace(source.last_state, managed={job.job_id: job})
+        planned = plan(Decision("p", (job.job_id,)), state, config, set())
+        fields = {k: v for update in planned.updates for k, v in update.fields}
+        assert (fields.get("StartTime") == "now") is released, job.eligible_time

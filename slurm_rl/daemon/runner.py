@@ -225,7 +225,8 @@ class Daemon:
         runner = self._runner or make_runner(env)
         client = CliSlurmClient(runner=runner, timeout_s=config.slurm_timeout_s)
         source_config = SourceConfig(
-            config.partitions, config.cluster_name, dict(config.price_per_gpu_hour)
+            config.partitions, config.cluster_name, dict(config.price_per_gpu_hour),
+            config.defer_cap_s,
         )
 
         def last_query() -> SlurmState | None:

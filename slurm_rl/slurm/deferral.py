@@ -18,6 +18,7 @@ from pathlib import Path
 
 from slurm_rl.paths import shipped
 from slurm_rl.safefile import write_atomic
+from slurm_rl.slurm.records import SlurmJob
 
 CONF_NAME = "job_submit_slurm_rl.conf"
 PLUGIN_NAME = "job_submit.lua"
@@ -92,6 +93,26 @@ def beat(heartbeat_path: Path, now: float | None = None) -> None:
     # 0755 whatever the umask: the plugin refuses a heartbeat whose directory others may write
     heartbeat_path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     write_atomic(heartbeat_path, f"{stamp}\n", WORLD_READABLE)
+
+
+# slurm_time rounds a deferral up to the second; Slurm shows it to the second.
+_ROUNDING_S = 2.0
+
+
+def begin_is_ours(job: SlurmJob, cap_s: float, deferred_by_us: bool = False) -> bool:
+    """Whether ``job``'s begin time can be the plugin's window or a deferral of the daemon's:
+    it carries the plugin's tag (or the daemon deferred it, ``deferred_by_us``) and begins
+    no later than the window's end or ``submit + cap_s``, past which the daemon never
+    defers. Later, its user set it (``scontrol update StartTime=now+1hour`` on their own
+    job keeps the tag): releasing it with ``StartTime=now`` would undo their choice. A
+    user's later begin inside the cap cannot be told from a hold of the daemon's."""
+    until = deferred_until(job.admin_comment)
+    if until is None and not deferred_by_us:
+        return False
+    if job.eligible_time is None:
+        return True
+    latest = max(until or 0.0, (job.submit_time or 0.0) + cap_s)
+    return job.eligible_time <= latest + _ROUNDING_S
 
 
 def deferred_until(admin_comment: str) -> float | None:

@@ -16,7 +16,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from slurm_rl.core import Decision, Placement
 from slurm_rl.slurm.client import update_argv
-from slurm_rl.slurm.deferral import deferred_until
+from slurm_rl.slurm.deferral import begin_is_ours
 from slurm_rl.slurm.eligibility import node_conflict
 from slurm_rl.slurm.exclusion import plan_exclusion, stale_exclusions
 from slurm_rl.slurm.onetype import FEATURES, OneType
@@ -116,9 +116,10 @@ def slurm_time(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(math.ceil(epoch)))
 
 
-def is_ours_to_release(job: SlurmJob, deferred_by_us: set[str]) -> bool:
-    """True when the job's begin time is the plugin's or ours (never a user's --begin)."""
-    return deferred_until(job.admin_comment) is not None or job.job_id in deferred_by_us
+def is_ours_to_release(job: SlurmJob, deferred_by_us: set[str], cap_s: float) -> bool:
+    """True when the job's begin time is the plugin's or ours (never a user's --begin, nor
+    a later begin its user set on a deferred job: :func:`begin_is_ours`)."""
+    return begin_is_ours(job, cap_s, job.job_id in deferred_by_us)
 
 
 def _users_pin(
@@ -354,7 +355,7 @@ def _release_updates(
     planned.withheld.update({job: why for job, why in priorities.withheld.items()
                              if job in promoted})
     for job in ranked:
-        ours = is_ours_to_release(job, memory.deferred)
+        ours = is_ours_to_release(job, memory.deferred, config.defer_cap_s)
         fields = dict(placing.get(job.job_id, {}))
         wanted = priorities.wanted.get(job.job_id) if job.job_id in promoted else None
         fields.update(_release_fields(job, wanted, state.time, ours))
@@ -395,7 +396,7 @@ def _hold_updates(
     actuator's exclusion cleared in the same call (and leaves ``stale``)."""
     outcomes, updates = planned.outcomes, planned.updates
     for job in sorted(held, key=lambda j: numeric_id(j.job_id)):
-        if not is_ours_to_release(job, deferred_by_us):
+        if not is_ours_to_release(job, deferred_by_us, config.defer_cap_s):
             continue  # a user's own --begin, or submitted while the daemon was down
         target = _hold_target(job, now, config)
         if target is None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,9 @@ class SourceConfig:
     partitions: tuple[str, ...] = ()
     cluster_name: str = ""
     price_per_gpu_hour: Mapping[str, float] = field(default_factory=dict)
+    # The daemon's defer_cap_s: a deferred job beginning later than its submission plus
+    # this was given that begin by its user (slurm_rl/slurm/deferral.py, begin_is_ours).
+    defer_cap_s: float = math.inf
 
 
 @dataclass(frozen=True)
@@ -327,7 +331,7 @@ class SlurmSource:
                 continue
             if job.is_pending:
                 self._reported.discard(job.job_id)  # a requeued job may finish again
-                waits = waits_on(job, now, self.pins.owns)
+                waits = waits_on(job, now, self.pins.owns, self.config.defer_cap_s)
                 if waits is None:
                     pending.append(core)
                 else:

@@ -26,9 +26,10 @@ the nodes' partitions or features after the pin leaves one, for an admin to clea
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
-from slurm_rl.slurm.deferral import deferred_until
+from slurm_rl.slurm.deferral import begin_is_ours
 from slurm_rl.slurm.records import SlurmJob
 
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
@@ -48,16 +49,19 @@ WAIT_KINDS = ("held", "dependency", "begin_time", "reservation", "limit", "confi
 
 
 def waits_on(job: SlurmJob, now: float,
-             pin_is_ours: Callable[[SlurmJob], bool] | None = None) -> str | None:
+             pin_is_ours: Callable[[SlurmJob], bool] | None = None,
+             defer_cap_s: float = math.inf) -> str | None:
     """What a pending job waits on that no scheduling decision can change (one of
     :data:`WAIT_KINDS`), or None when it is the scheduler's to start. ``pin_is_ours`` tells
-    whether the job's ``ReqNodeList`` is one slurm-rl set; without it, none is."""
+    whether the job's ``ReqNodeList`` is one slurm-rl set; without it, none is.
+    ``defer_cap_s``: the daemon never defers a job past its submission plus this, so a
+    later begin on a deferred job is its user's (:func:`begin_is_ours`)."""
     reason = job.reason
     if job.priority == 0 or reason in HELD_REASONS:
         return "held"
     if reason in DEPENDENCY_REASONS:
         return "dependency"
-    if _users_begin_time(job, now):
+    if _users_begin_time(job, now, defer_cap_s):
         return "begin_time"
     if job.reservation:  # only its reservation's nodes, which no agent offers
         return "reservation"
@@ -71,8 +75,8 @@ def waits_on(job: SlurmJob, now: float,
     return None
 
 
-def _users_begin_time(job: SlurmJob, now: float) -> bool:
+def _users_begin_time(job: SlurmJob, now: float, defer_cap_s: float) -> bool:
     """A begin time in the future that neither the plugin nor the daemon set: the user's."""
     if job.eligible_time is None or job.eligible_time <= now:
         return False
-    return job.reason == "BeginTime" and deferred_until(job.admin_comment) is None
+    return job.reason == "BeginTime" and not begin_is_ours(job, defer_cap_s)
