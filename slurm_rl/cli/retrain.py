@@ -9,6 +9,7 @@ because the logs are not ready), 1 when it failed, 2 for bad arguments or config
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -136,9 +137,21 @@ def retrain_command(config_path: Path | None, store_url: str | None, **options: 
     config, settings = command_settings(config_path, store_url, options)
     check_usable(settings)
     require_store(config.store)
+    _stop_on_sigterm()
     # The outcome is the command's one line of output (stdout), not a log line as well.
     result = retrain(config.store, settings, say=lambda r: click.echo(r.message))
     sys.exit(1 if result.status == "failed" else 0)
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (the daemon stopping, systemd) ends the run as ``failed``, its row marked by
+    itself: the default action killed it with its ``retrain_runs`` row left running."""
+    from slurm_rl.retrain.run import RetrainStopped
+
+    def stop(signum: int, _frame: object) -> None:
+        raise RetrainStopped(f"stopped by {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def check_usable(settings: RetrainSettings) -> None:

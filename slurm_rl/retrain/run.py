@@ -63,6 +63,11 @@ class RetrainResult:
     verdict: Verdict | None = None
 
 
+class RetrainStopped(SlurmRLError):
+    """The retrain process was asked to stop (SIGTERM: the daemon stopping, systemd): the
+    run ends ``failed`` and marks its own row, whose lease would else block the next runs."""
+
+
 def retrain(store_url: str, settings: RetrainSettings, *, now: float | None = None,
             engine: Engine | None = None,
             say: Callable[[RetrainResult], None] | None = None) -> RetrainResult:

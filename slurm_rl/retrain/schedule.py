@@ -18,9 +18,10 @@ divides 24 h) and the store would grow until its disk is full.
 
 Shutting the schedule down ends a running retrain process (SIGTERM, SIGKILL after
 ``STOP_GRACE_S``): else the daemon's exit waits for it, up to ``retrain_timeout_s``. A
-retrain process that ended by a signal (that one, a timeout, systemd's, the OOM killer)
-cannot mark its own ``retrain_runs`` row, whose lease would then block every retrain for 6
-hours: the daemon marks it failed.
+retrain process marks its own ``retrain_runs`` row failed on SIGTERM (``slurm-rl retrain``
+turns it into an error); one that ended by another signal (SIGKILL after the grace, the OOM
+killer) cannot, and its lease would then block every retrain for 6 hours: the daemon marks
+it failed.
 """
 
 from __future__ import annotations

@@ -252,3 +252,36 @@ def test_a_store_whose_schedule_table_apscheduler_made_upgrades(tmp_path: Path) 
     migrate.downgrade(engine, "0002_retrain_registry")
     assert not sa.inspect(engine).has_table(JOB_TABLE)
     engine.dispose()
+
+
+def test_a_sigterm_ends_the_retrain_failed_with_its_own_row_marked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon stopping (or systemd) sends the retrain process SIGTERM: its default
+    action killed it with its retrain_runs row left running, whose lease blocked the next
+    retrains for hours. The run now ends as a failure it records itself."""
+    import os
+    import signal
+
+    import slurm_rl.retrain.run as run
+    from slurm_rl.store.registry_models import RetrainRunRow
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    Store(url)
+
+    def terminated(*_args: object, **_kwargs: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives while the window is read
+
+    monkeypatch.setattr(run, "load_window", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        result = CliRunner().invoke(main, ["retrain", "--store", url, "--cache-dir",
+                                           str(tmp_path / "models")])
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "retrain failed: stopped by SIGTERM; the active policy stays")
+    with make_engine(url).connect() as connection:
+        rows = connection.execute(sa.select(RetrainRunRow.status, RetrainRunRow.message)).all()
+    assert [tuple(row) for row in rows] == [
+        ("failed", "retrain failed: stopped by SIGTERM; the active policy stays")]
