@@ -17,13 +17,15 @@ import argparse
 import ast
 import csv
 import gzip
+import hashlib
 import json
 import math
 import re
 import statistics
 import sys
+import zlib
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,10 +102,72 @@ def geomean(values: Iterable[float]) -> float:
 # ----- sources ------------------------------------------------------------------------------
 
 
+class PerfDataError(Exception):
+    """Bad performance data: one line naming the file (and line and column), for main."""
+
+
 def load_manifest(perfdata: Path) -> dict[str, dict[str, str]]:
-    with (perfdata / "MANIFEST.tsv").open(newline="") as handle:
-        rows = csv.DictReader(handle, delimiter="\t")
-        return {row["file"]: row for row in rows}
+    if not (perfdata / "MANIFEST.tsv").is_file():
+        raise PerfDataError(f"{perfdata}: no MANIFEST.tsv (is ../shared/perfdata there?)")
+    columns = ("file", "source_repo", "commit", "source_path", "sha256_uncompressed")
+    return {row["file"]: row for _, row in _csv_rows(perfdata / "MANIFEST.tsv", columns, "\t")}
+
+
+def verify_files(perfdata: Path, manifest: Mapping[str, Mapping[str, str]]) -> None:
+    """Each file read must be the published one, its uncompressed sha256 the manifest's: checked
+    first, so a truncated or edited copy is named, not a traceback or a quietly other table."""
+    for name in (name for files in used_files().values() for name in files):
+        path, row = perfdata / name, manifest.get(name)
+        if row is None or not path.is_file():
+            raise PerfDataError(f"{path}: " + ("missing; MANIFEST.tsv lists it" if row
+                                               else "not listed in MANIFEST.tsv"))
+        try:
+            with gzip.open(path) if name.endswith(".gz") else path.open("rb") as handle:
+                digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        except (OSError, EOFError, zlib.error) as error:  # a truncated or damaged gzip
+            raise PerfDataError(f"{path}: cannot be read ({error})") from None
+        if digest != row["sha256_uncompressed"]:
+            raise PerfDataError(f"{path}: sha256 {digest} is not MANIFEST.tsv's (a damaged "
+                                "or changed copy: restore it from its source)")
+
+
+def _csv_rows(path: Path, columns: Sequence[str],
+              delimiter: str = ",") -> list[tuple[int, dict[str, str]]]:
+    """A CSV file's rows with their line numbers; it must name ``columns`` and hold a row."""
+    try:
+        with path.open(newline="") as handle:
+            reader = csv.DictReader(handle, delimiter=delimiter)
+            missing = [c for c in columns if c not in (reader.fieldnames or ())]
+            rows = [(reader.line_num, row) for row in reader]
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise PerfDataError(f"{path}: cannot be read ({error})") from None
+    if missing or not rows:
+        raise PerfDataError(f"{path}:1: no column {missing[0]!r} in the header" if missing
+                            else f"{path}: no data rows")
+    return rows
+
+
+def _number(path: Path, line: int, row: Mapping[str, str | None], column: str, *,
+            integer: bool = False, unmeasured: bool = False) -> float:
+    """A cell's number > 0 (``unmeasured``: or an empty or nan cell, ElasticFlow's NaN)."""
+    text = (row.get(column) or "").strip()
+    try:
+        value = float(int(text)) if integer else float(text or "nan")
+    except ValueError:
+        value = -1.0
+    if not (value > 0 and math.isfinite(value) or unmeasured and math.isnan(value)):
+        raise PerfDataError(f"{path}:{line}: column {column!r}: {text!r} is not "
+                            f"{'an integer' if integer else 'a finite number'} > 0")
+    return value
+
+
+def load_json(path: Path) -> Any:
+    """A (gzipped) JSON file's content; a bad one named with its line and column."""
+    try:
+        with gzip.open(path, "rt") if path.suffix == ".gz" else path.open() as handle:
+            return json.load(handle)
+    except json.JSONDecodeError as error:
+        raise PerfDataError(f"{path}:{error.lineno}: column {error.colno}: {error.msg}") from None
 
 
 def source_entry(manifest: Mapping[str, Mapping[str, str]], files: Iterable[str]) -> dict[str, Any]:
@@ -115,12 +179,9 @@ def source_entry(manifest: Mapping[str, Mapping[str, str]], files: Iterable[str]
     }
 
 
-def used_files(perfdata: Path) -> dict[str, list[str]]:
-    pollux = sorted(
-        str(p.relative_to(perfdata))
-        for p in perfdata.glob("pollux/*/*.csv")
-        if p.name in ("placements.csv", "scalability.csv")
-    )
+def used_files() -> dict[str, list[str]]:
+    pollux = sorted(f"pollux/{app}/{name}" for app in FAMILIES
+                    for name in ("placements.csv", "scalability.csv"))
     elastic = [f"elasticflow/throughputs_A100/{m}.csv" for m in ("resnet50", "deepspeech2")]
     elastic.append("elasticflow/throughputs_T4/imagenet.csv")  # cross-check only
     return {
@@ -136,12 +197,6 @@ def used_files(perfdata: Path) -> dict[str, list[str]]:
 # ----- Gavel --------------------------------------------------------------------------------
 
 GavelTable = dict[str, dict[str, dict[str, Any]]]
-
-
-def load_gavel(path: Path) -> GavelTable:
-    with gzip.open(path, "rt") as handle:
-        table: GavelTable = json.load(handle)
-    return table
 
 
 def gavel_keys(table: GavelTable, model: str, scale_factor: int = 1) -> dict[int, str]:
@@ -184,21 +239,18 @@ def pollux_step_times(perfdata: Path, app: str, column: str = "step_time") -> St
     """Median ``column`` by (placement sorted descending, local batch); rotations merged.
     ``scalability.csv`` rows enter as placement ``(0, nodes, gpus)`` (no per-node split)."""
     samples: dict[tuple[tuple[int, ...], int], list[float]] = defaultdict(list)
-    with (perfdata / "pollux" / app / "placements.csv").open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            shape = tuple(sorted((int(c) for c in row["placement"]), reverse=True))
-            samples[(shape, int(row["local_bsz"]))].append(_pollux_value(row, column))
-    with (perfdata / "pollux" / app / "scalability.csv").open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            shape = (0, int(row["num_nodes"]), int(row["num_replicas"]))
-            samples[(shape, int(row["local_bsz"]))].append(_pollux_value(row, column))
+    for name, counts in (("placements.csv", ["placement"]),
+                         ("scalability.csv", ["num_nodes", "num_replicas"])):
+        path = perfdata / "pollux" / app / name
+        for line, row in _csv_rows(path, [*counts, "local_bsz", "step_time", "sync_time"]):
+            n = [int(_number(path, line, row, c, integer=True)) for c in [*counts, "local_bsz"]]
+            shape = (0, *n[:2]) if len(counts) == 2 else tuple(sorted(map(int, str(n[0])))[::-1])
+            step, sync = (_number(path, line, row, c) for c in ("step_time", "sync_time"))
+            if sync >= step:  # the all-reduce is part of the step: no time left to compute
+                raise PerfDataError(f"{path}:{line}: column 'sync_time': {sync!r} is not below "
+                                    f"step_time {step!r}")
+            samples[(shape, n[-1])].append(step - sync if column == "compute_time" else step)
     return {key: median(values) for key, values in samples.items()}
-
-
-def _pollux_value(row: Mapping[str, str], column: str) -> float:
-    if column == "compute_time":
-        return float(row["step_time"]) - float(row["sync_time"])
-    return float(row[column])
 
 
 def pollux_one_gpu_samples(perfdata: Path, app: str) -> dict[int, float]:
@@ -224,11 +276,11 @@ def elasticflow_one_gpu_samples(perfdata: Path, gpu: str, model: str) -> dict[in
     """Samples/s of one GPU by (global = local) batch size: it/s x batch in the '1' column."""
     path = perfdata / "elasticflow" / f"throughputs_{gpu}" / f"{model}.csv"
     out: dict[int, float] = {}
-    with path.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            value = float(row["1"] or "nan")
-            if math.isfinite(value) and value > 0:
-                out[int(row["global_batch_size"])] = value * int(row["global_batch_size"])
+    for line, row in _csv_rows(path, ("global_batch_size", "1")):
+        batch = int(_number(path, line, row, "global_batch_size", integer=True))
+        value = _number(path, line, row, "1", unmeasured=True)
+        if math.isfinite(value):
+            out[batch] = value * batch
     return out
 
 
@@ -274,12 +326,8 @@ def derive_speeds(perfdata: Path, gavel: GavelTable) -> tuple[dict[str, Any], di
     return {"value": rounded, "method": ordered}, bridges
 
 
-def _t4_bridges(
-    perfdata: Path,
-    gavel: GavelTable,
-    speed: dict[str, dict[str, float]],
-    method: dict[str, dict[str, str]],
-) -> dict[str, float]:
+def _t4_bridges(perfdata: Path, gavel: GavelTable, speed: dict[str, dict[str, float]],
+                method: dict[str, dict[str, str]]) -> dict[str, float]:
     raw: dict[str, float] = {}
     for family in T4_IDENTICAL:
         t4 = pollux_one_gpu_samples(perfdata, family)
@@ -290,12 +338,8 @@ def _t4_bridges(
     return raw
 
 
-def _a100_bridges(
-    perfdata: Path,
-    gavel: GavelTable,
-    speed: dict[str, dict[str, float]],
-    method: dict[str, dict[str, str]],
-) -> dict[str, float]:
+def _a100_bridges(perfdata: Path, gavel: GavelTable, speed: dict[str, dict[str, float]],
+                  method: dict[str, dict[str, str]]) -> dict[str, float]:
     raw: dict[str, float] = {}
     for family, model in A100_DIRECT.items():
         a100 = elasticflow_one_gpu_samples(perfdata, "A100", model)
@@ -312,9 +356,8 @@ def _a100_bridges(
     return raw
 
 
-def _fill_generic(
-    speed: dict[str, dict[str, float]], method: dict[str, dict[str, str]], gpu: str
-) -> None:
+def _fill_generic(speed: dict[str, dict[str, float]], method: dict[str, dict[str, str]],
+                  gpu: str) -> None:
     """Families with no bridge to ``gpu`` (followers aside) get the geometric mean of the
     bridged families' figures for it: the type's generic factor."""
     bridged = [f for f in FAMILIES if gpu in speed[f] and f not in FOLLOWS]
@@ -401,12 +444,10 @@ def same_gpu_matrix(table: GavelTable, worker: str) -> dict[str, dict[str, float
     for a in FAMILIES:
         out[a] = {}
         for b in FAMILIES:
-            ratios = [
-                rows[ka][kb][0] / rows[ka]["null"]
-                for ka in gavel_keys(table, GAVEL_PROXY[a]).values()
-                for kb in gavel_keys(table, GAVEL_PROXY[b]).values()
-                if rows[ka].get(kb) and rows[ka][kb][0] > 0 and rows[ka]["null"] > 0
-            ]
+            ratios = [rows[ka][kb][0] / rows[ka]["null"]
+                      for ka in gavel_keys(table, GAVEL_PROXY[a]).values()
+                      for kb in gavel_keys(table, GAVEL_PROXY[b]).values()
+                      if rows[ka].get(kb) and rows[ka][kb][0] > 0 and rows[ka]["null"] > 0]
             out[a][b] = median(ratios)
     return out
 
@@ -415,10 +456,8 @@ def pollux_node_sharing(perfdata: Path, app: str) -> float:
     """Per-GPU compute time of 1 GPU alone / with the node's other 3 GPUs busy (placement '4'),
     median over batches: how much busy neighbours on *other* GPUs of a node slow a GPU down."""
     times = pollux_step_times(perfdata, app, column="compute_time")
-    ratios = [
-        t / times[((4,), b)] for (shape, b), t in times.items()
-        if shape == (1,) and ((4,), b) in times
-    ]
+    ratios = [t / times[((4,), b)] for (shape, b), t in times.items()
+              if shape == (1,) and ((4,), b) in times]
     return median(ratios)
 
 
@@ -455,8 +494,7 @@ def _add_any(same: dict[str, dict[str, float]]) -> None:
 def cross_checks(perfdata: Path, phys: GavelTable, sim: GavelTable, speeds: Any) -> dict[str, Any]:
     # ElasticFlow's T4 rows are at global batch 3200+ (accumulated), so compare peak samples/s.
     a100_t4 = max(elasticflow_one_gpu_samples(perfdata, "A100", "resnet50").values()) / max(
-        elasticflow_one_gpu_samples(perfdata, "T4", "imagenet").values()
-    )
+        elasticflow_one_gpu_samples(perfdata, "T4", "imagenet").values())
     value = speeds["value"]["imagenet"]
     return {
         "imagenet A100/T4: elasticflow peak samples/s vs our V100-bridged figures": [
@@ -487,8 +525,7 @@ def _gavel_spread(table: GavelTable) -> dict[str, dict[str, float]]:
 
 
 def _chronus(perfdata: Path) -> Any:
-    with (perfdata / "elasticflow" / "chronus_model_info.json").open() as handle:
-        data = json.load(handle)
+    data = load_json(perfdata / "elasticflow" / "chronus_model_info.json")
     return {m: {g: {k: sig(v, 3) for k, v in d.items()} for g, d in by.items()}
             for m, by in data.items()}
 
@@ -496,12 +533,10 @@ def _chronus(perfdata: Path) -> Any:
 def _shockwave(perfdata: Path, phys: GavelTable) -> dict[str, float]:
     out = {}
     for name in ("tacc", "wisr"):
-        other = load_gavel(perfdata / "shockwave" / f"{name}_throughputs.json.gz")
-        ratios = [
-            other["v100"][k]["null"] / phys["v100"][k]["null"]
-            for k in phys["v100"]
-            if ast.literal_eval(k)[1] == 1 and other["v100"][k]["null"] and phys["v100"][k]["null"]
-        ]
+        other = load_json(perfdata / "shockwave" / f"{name}_throughputs.json.gz")
+        mine, base = other["v100"], phys["v100"]
+        ratios = [mine[k]["null"] / base[k]["null"] for k in base
+                  if ast.literal_eval(k)[1] == 1 and mine[k]["null"] and base[k]["null"]]
         out[name] = sig(median(ratios), 3)
     return out
 
@@ -511,8 +546,9 @@ def _shockwave(perfdata: Path, phys: GavelTable) -> dict[str, float]:
 
 def derive(perfdata: Path) -> dict[str, Any]:
     manifest = load_manifest(perfdata)
-    phys = load_gavel(perfdata / "gavel" / "physical_cluster_throughputs.json.gz")
-    sim = load_gavel(perfdata / "gavel" / "simulation_throughputs.json.gz")
+    verify_files(perfdata, manifest)
+    phys = load_json(perfdata / "gavel" / "physical_cluster_throughputs.json.gz")
+    sim = load_json(perfdata / "gavel" / "simulation_throughputs.json.gz")
     speeds, bridges = derive_speeds(perfdata, phys)
     return {
         "schema": 1,
@@ -530,7 +566,7 @@ def derive(perfdata: Path) -> dict[str, Any]:
         "spread": _spread_section(derive_spread(perfdata)),
         "colocation": derive_colocation(perfdata, sim),
         "cross_checks": cross_checks(perfdata, phys, sim, speeds),
-        "sources": {k: source_entry(manifest, v) for k, v in used_files(perfdata).items()},
+        "sources": {k: source_entry(manifest, v) for k, v in used_files().items()},
     }
 
 
@@ -544,10 +580,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT_PATH)
     parser.add_argument("--check", action="store_true", help="compare instead of writing")
     args = parser.parse_args(argv)
-    if not (args.perfdata / "MANIFEST.tsv").is_file():
-        print(f"{args.perfdata}: no MANIFEST.tsv (is ../shared/perfdata there?)", file=sys.stderr)
+    try:
+        text = render(derive(args.perfdata))
+    except PerfDataError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
-    text = render(derive(args.perfdata))
     if args.check:
         same = args.out.is_file() and args.out.read_text() == text
         print(f"{args.out}: {'up to date' if same else 'OUT OF DATE'}")

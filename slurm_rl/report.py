@@ -43,6 +43,12 @@ def _hours(seconds: float) -> str:
     return f"{seconds / HOUR:.2f}"
 
 
+def _ratio(value: float, bound: float) -> str:
+    """JCT over its lower bound; "–" when the bound is 0 (every job ran for no time), where
+    the ratio measures nothing and a division would crash the report."""
+    return f"{value / bound:.2f}" if bound > 0 else "–"
+
+
 def _row(result: ReplayResult) -> dict[str, str]:
     m = result.metrics
     return {
@@ -56,7 +62,7 @@ def _row(result: ReplayResult) -> dict[str, str]:
         "makespan_s": _hours(m.makespan_s),
         "gpu_utilisation": f"{m.gpu_utilisation:.1%}",
         "total_fees": f"{m.total_fees:,.0f}",
-        "lb_ratio": f"{m.avg_jct_s / m.jct_lower_bound_s:.2f}",
+        "lb_ratio": _ratio(m.avg_jct_s, m.jct_lower_bound_s),
         "migrations": f"{m.migrations:,}",
     }
 
@@ -150,10 +156,14 @@ def _markdown(results: Sequence[ReplayResult], scenario: Scenario, plots: list[s
 
 def _plot_jct_cdf(results: Sequence[ReplayResult], scenario: Scenario) -> Figure:
     figure, axis = plt.subplots(figsize=(7, 4.5))
+    longest = 0.0
     for result in results:
         jct = np.sort([o.jct / HOUR for o in result.outcomes])
         axis.plot(jct, np.arange(1, len(jct) + 1) / len(jct), label=result.policy_id)
-    axis.set(xscale="log", xlabel="JCT (hours)", ylabel="fraction of jobs", title="JCT CDF")
+        longest = max(longest, float(jct[-1]) if len(jct) else 0.0)
+    # A log axis has no place for JCTs that are all 0 (a trace of zero durations): linear then
+    scale = "log" if longest > 0 else "linear"
+    axis.set(xscale=scale, xlabel="JCT (hours)", ylabel="fraction of jobs", title="JCT CDF")
     axis.legend(fontsize=7)
     return figure
 

@@ -10,6 +10,7 @@ from typing import Literal
 
 from slurm_rl.agents.nodesets import fixed_shape
 from slurm_rl.core import Cluster, Job
+from slurm_rl.errors import InputError
 from slurm_rl.loop import DecisionMaker, run_loop
 from slurm_rl.metrics import ScheduleMetrics, compute_metrics
 from slurm_rl.simulator.cluster_spec import ClusterSpec
@@ -72,6 +73,23 @@ class Scenario:
             jobs = [replace(job, checkpointable=_drawn(job.job_id, self.checkpointable))
                     for job in jobs]
         return jobs, len(self.trace.jobs) - len(jobs)
+
+
+def check_something_to_measure(scenario: Scenario) -> None:
+    """A replay of jobs none of which fits the cluster measures nothing: say so before it
+    starts (``simulate``, ``evaluate``, training's windows), not with a traceback from the
+    metrics after it."""
+    jobs, _ = scenario.runnable_jobs()
+    start = scenario.measure_from
+    measured = [job for job in jobs if start is None or job.submit_time >= start]
+    if measured:
+        return
+    trace, cluster = scenario.trace, scenario.cluster.name
+    if not jobs:
+        raise InputError(f"no job of trace {trace.name!r} can ever fit cluster {cluster!r} "
+                         f"({len(trace.jobs)} jobs, none fits); nothing to replay")
+    raise InputError(f"no measured job of trace {trace.name!r} can ever fit cluster "
+                     f"{cluster!r} (only warm-up jobs fit); nothing to measure")
 
 
 def _drawn(job_id: str, share: float) -> bool:

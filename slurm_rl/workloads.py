@@ -6,7 +6,15 @@ from pathlib import Path
 
 from slurm_rl.errors import InputError
 from slurm_rl.paths import shared_traces_dir
-from slurm_rl.traces import Trace, load_trace, parse_window, synthetic_philly, window
+from slurm_rl.traces import (
+    Trace,
+    clock_to_datetime,
+    load_trace,
+    parse_window,
+    synthetic_philly,
+    window,
+)
+from slurm_rl.traces.synthetic import SYNTHETIC_START
 
 SHARED_TRACES = {
     "philly": "philly_pollux_jobs.csv.gz",
@@ -67,7 +75,10 @@ def open_measured_workload(
     """
     warmup = warmup_days * 86400.0
     if name_or_path == SYNTHETIC:
+        _check_synthetic_options(fmt, skip_bad_rows)
         trace = synthetic_philly(days=days + warmup_days, seed=seed)
+        if window_spec:
+            return _synthetic_window(trace, window_spec, days, warmup_days)
         return trace, (trace.jobs[0].submit_time + warmup if warmup and trace.jobs else None)
     path = trace_path(name_or_path)
     try:
@@ -79,11 +90,54 @@ def open_measured_workload(
     trace = load_trace(path, fmt, skip_bad_rows=skip_bad_rows)
     if not window_spec:
         return trace, (trace.jobs[0].submit_time + warmup if warmup and trace.jobs else None)
+    start, end = window_bounds(trace, window_spec, "--window")
+    return window(trace, start - warmup, end), (start if warmup else None)
+
+
+def _check_synthetic_options(fmt: str | None, skip_bad_rows: bool) -> None:
+    """The options that say how a trace file is read mean nothing to the synthetic workload:
+    refused, not silently ignored."""
+    if fmt:
+        raise InputError("--format applies to trace files; the synthetic workload has none")
+    if skip_bad_rows:
+        raise InputError("--skip-bad-rows applies to trace files; the synthetic workload has "
+                         "no rows to skip")
+
+
+def _synthetic_window(trace: Trace, window_spec: str, days: float,
+                      warmup_days: float) -> tuple[Trace, float | None]:
+    """The synthetic workload cut to ``window_spec`` as a trace file is (training cuts it by
+    its windows too; it was once ignored here, and a week replayed for the 2 hours asked). It
+    starts on SYNTHETIC_START and lasts ``days`` plus the warm-up: a window that ends later
+    would measure fewer days than it names, so it is refused."""
+    start, end = window_bounds(trace, window_spec, "--window")
+    if end > SYNTHETIC_START + (days + warmup_days) * 86400.0:
+        raise InputError(f"--window {window_spec} ends after the synthetic workload ("
+                         f"{_span(trace)}: --days {days:g} and {warmup_days:g} warm-up days); "
+                         "give a larger --days")
+    return window(trace, start - warmup_days * 86400.0, end), (start if warmup_days else None)
+
+
+def window_bounds(trace: Trace, window_spec: str, option: str) -> tuple[float, float]:
+    """The bounds of ``window_spec``, which must hold some of ``trace``'s jobs; ``option``
+    (``--window``, ``--train-window``, ...) names the window in an error. Every command that
+    cuts a trace to a window checks it here, before any replay or training starts."""
     try:
         start, end = parse_window(window_spec)
     except InputError as exc:  # the parser serves several options: say which one this is
-        raise InputError(f"--window: {exc}") from None
-    measured = window(trace, start, end)
-    if not measured.jobs:
-        raise InputError(f"window {window_spec} holds no jobs of trace {trace.name!r}")
-    return window(trace, start - warmup, end), (start if warmup else None)
+        raise InputError(f"{option}: {exc}") from None
+    if not window(trace, start, end).jobs:
+        raise InputError(f"{option} {window_spec} holds no jobs of trace {trace.name!r} "
+                         f"({_span(trace)})")
+    return start, end
+
+
+def _span(trace: Trace) -> str:
+    """When the trace's jobs were submitted, to show where a window that missed should go."""
+    if not trace.jobs:
+        return "it has no jobs"
+    first = clock_to_datetime(trace.jobs[0].submit_time)
+    last = clock_to_datetime(trace.jobs[-1].submit_time)
+    if first.date() == last.date():  # a day's trace: its hours say more than one date twice
+        return f"its jobs span {first.isoformat(timespec='minutes')}..{last:%H:%M}"
+    return f"its jobs span {first.date().isoformat()}..{last.date().isoformat()}"

@@ -17,7 +17,13 @@ from slurm_rl.offered_load import load_points
 from slurm_rl.replay_pool import decision_tick, fresh_replay_state, pool_map
 from slurm_rl.replicas import print_means, replicas_json, write_reports
 from slurm_rl.report import as_json, print_table, write_report
-from slurm_rl.scenario import ReplayResult, Scenario, gpu_speed_table, replay
+from slurm_rl.scenario import (
+    ReplayResult,
+    Scenario,
+    check_something_to_measure,
+    gpu_speed_table,
+    replay,
+)
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
 from slurm_rl.simulator.sim_config import SimConfig
 from slurm_rl.simulator.slurm_emulation import SlurmScheduler
@@ -64,7 +70,7 @@ def build_scenario(options: dict[str, Any]) -> Scenario:
                         fluctuation=not options["no_fluctuation"], measure_from=measure_from,
                         checkpointable=options.get("checkpointable") or 0.0,
                         performance=options.get("performance") or "measured")
-    _check_something_to_measure(scenario)
+    check_something_to_measure(scenario)
     return scenario
 
 
@@ -75,22 +81,6 @@ def _slurm_scheduler(options: dict[str, Any]) -> SlurmScheduler:
         raise InputError(f"--slurm-scheduler {chosen} needs --mode slurm (in direct mode the "
                          "policy starts jobs itself; no Slurm scheduler is emulated)")
     return chosen or "backfill"
-
-
-def _check_something_to_measure(scenario: Scenario) -> None:
-    """A replay of jobs none of which fits the cluster measures nothing: say so before it
-    starts, not with a traceback from the metrics after it."""
-    jobs, _ = scenario.runnable_jobs()
-    start = scenario.measure_from
-    measured = [job for job in jobs if start is None or job.submit_time >= start]
-    if measured:
-        return
-    trace, cluster = scenario.trace, scenario.cluster.name
-    if not jobs:
-        raise InputError(f"no job of trace {trace.name!r} can ever fit cluster {cluster!r} "
-                         f"({len(trace.jobs)} jobs, none fits); nothing to replay")
-    raise InputError(f"no measured job of trace {trace.name!r} can ever fit cluster "
-                     f"{cluster!r} (only warm-up jobs fit); nothing to measure")
 
 
 def policy_names(text: str | None) -> list[str]:

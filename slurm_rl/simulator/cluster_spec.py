@@ -44,7 +44,7 @@ from slurm_rl.core import MAX_PRICE_PER_GPU_HOUR, Cluster, FrozenDict, Node
 from slurm_rl.errors import InputError, UnknownNameError
 from slurm_rl.input_files import open_regular
 from slurm_rl.paths import shipped
-from slurm_rl.simulator.fluctuation import FluctuationConfig
+from slurm_rl.simulator.fluctuation import MIN_STRAGGLER_FACTOR, FluctuationConfig
 from slurm_rl.simulator.perfmodel import PerformanceModel
 
 SPEC_DIR = shipped("sim/clusters")
@@ -82,13 +82,15 @@ class _NodeGroup(_Strict):
 class _Fluctuation(_Strict):
     enabled: bool = True
     # Bounds against typos that would not fail but hang or overflow a replay: a log-speed
-    # spread above 2 (a machine 7x slower or faster at one sigma) or a step under a minute
-    # (a month's replay in a million steps) is no measured machine behaviour.
+    # spread above 2 (a machine 7x slower or faster at one sigma), a step under a minute
+    # (a month's replay in a million steps) or a straggler over 100x slower (1e-9 hung a
+    # replay) is no measured machine behaviour.
     sigma: float = Field(default=_DEFAULTS.sigma, ge=0, le=2, allow_inf_nan=False)
     tau_s: float = Field(default=_DEFAULTS.tau_s, gt=0, allow_inf_nan=False)
     step_s: float = Field(default=_DEFAULTS.step_s, ge=60, allow_inf_nan=False)
     straggler_share: float = Field(default=_DEFAULTS.straggler_share, ge=0, le=1)
-    straggler_factor: float = Field(default=_DEFAULTS.straggler_factor, gt=0, le=1)
+    straggler_factor: float = Field(default=_DEFAULTS.straggler_factor,
+                                    ge=MIN_STRAGGLER_FACTOR, le=1)
     seed: int = Field(default=0, ge=0)
 
 

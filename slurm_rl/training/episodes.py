@@ -6,14 +6,18 @@ December 2017 of the Philly trace is the held-out evaluation month: training and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from slurm_rl.errors import InputError
-from slurm_rl.traces import Trace, parse_window, philly_heldout_window
+from slurm_rl.scenario import Scenario, check_something_to_measure
+from slurm_rl.simulator.cluster_spec import load_cluster_spec
+from slurm_rl.traces import Trace, parse_window, philly_heldout_window, window
 from slurm_rl.traces.model import clock_to_datetime
 from slurm_rl.training.rollout import EpisodeSpec
+from slurm_rl.workloads import open_workload, window_bounds
 
 DAY = 86400.0
 HOUR = 3600.0
@@ -35,6 +39,20 @@ def check_not_held_out(trace: str, *windows: str) -> None:
                 f"window {spec} overlaps December 2017, Philly's held-out evaluation month: "
                 "train and tune on September-November only"
             )
+
+
+def check_windows(trace: str, cluster: str, windows: Mapping[str, str]) -> None:
+    """Each window (keyed by its option) must hold jobs of ``trace`` that can run on
+    ``cluster``: said before training starts, as ``simulate`` says it of ``--window``
+    (:func:`~slurm_rl.workloads.window_bounds`), not by a traceback from the metrics after
+    the warm start, or from PPO after every episode came back empty."""
+    loaded, spec = open_workload(trace), load_cluster_spec(cluster)
+    for option, window_spec in windows.items():
+        start, end = window_bounds(loaded, window_spec, option)
+        try:
+            check_something_to_measure(Scenario(spec, window(loaded, start, end)))
+        except InputError as error:
+            raise InputError(f"{option} {window_spec}: {error.reason}") from None
 
 
 @dataclass

@@ -169,13 +169,30 @@ def _best(policies: Sequence[PolicyRuns], ordering: str, key: str) -> PolicyRuns
 def _gains(agent: PolicyRuns, other: PolicyRuns) -> dict[str, Any]:
     pairs = list(zip(agent.runs, other.runs, strict=True))
     return {
-        "jct_gain": 1.0 - agent.jct_s / other.jct_s,
-        "fee_gain": 1.0 - agent.fees / other.fees,
-        "jct_gain_per_replica": [1.0 - a.metrics.avg_jct_s / b.metrics.avg_jct_s
+        "jct_gain": gain(agent.jct_s, other.jct_s),
+        "fee_gain": gain(agent.fees, other.fees),
+        "jct_gain_per_replica": [gain(a.metrics.avg_jct_s, b.metrics.avg_jct_s)
                                  for a, b in pairs],
-        "fee_gain_per_replica": [1.0 - a.metrics.total_fees / b.metrics.total_fees
+        "fee_gain_per_replica": [gain(a.metrics.total_fees, b.metrics.total_fees)
                                  for a, b in pairs],
     }
+
+
+def gain(mine: float, theirs: float) -> float | None:
+    """1 − mine/theirs: how much lower the agent's figure is than a baseline's. Two zeros
+    (jobs that all ran for no time, or free GPUs) are no gain; a figure above a baseline's 0
+    has no relative gain to give: None (null in evaluation.json, "–" in the report), never a
+    division by zero or an infinity."""
+    if theirs > 0:
+        return 1.0 - mine / theirs
+    return 0.0 if mine <= 0 else None
+
+
+def _above(value: float | None, bound: float, *, strictly: bool = True) -> bool:
+    """A gain against a bound; None (worse than a baseline's 0) is above no bound."""
+    if value is None:
+        return False
+    return value > bound if strictly else value >= bound
 
 
 def verdict(policies: Sequence[PolicyRuns]) -> dict[str, Any]:
@@ -191,15 +208,16 @@ def verdict(policies: Sequence[PolicyRuns]) -> dict[str, Any]:
         gains = _gains(agent, best)
         rows.append({"ordering": ordering, "baseline": best.policy_id,
                      "baseline_jct_h": best.jct_s / HOUR, "baseline_fees": best.fees, **gains,
-                     "met": gains["jct_gain"] >= JCT_TARGET and gains["fee_gain"] > 0.0,
+                     "met": _above(gains["jct_gain"], JCT_TARGET, strictly=False)
+                     and _above(gains["fee_gain"], 0.0),
                      "cheapest": cheapest.policy_id, "cheapest_fees": cheapest.fees,
-                     "fee_gain_vs_cheapest": 1.0 - agent.fees / cheapest.fees})
+                     "fee_gain_vs_cheapest": gain(agent.fees, cheapest.fees)})
     return {"replicas": len(agent.runs) if agent else 0,
             "agent_jct_h": agent.jct_s / HOUR if agent else None,
             "agent_fees": agent.fees if agent else None,
             "rows": rows, "met": bool(rows) and all(r["met"] for r in rows),
-            "beats_all": bool(rows) and all(r["jct_gain"] > 0.0 and r["fee_gain"] > 0.0
-                                            for r in rows)}
+            "beats_all": bool(rows) and all(_above(r["jct_gain"], 0.0)
+                                            and _above(r["fee_gain"], 0.0) for r in rows)}
 
 
 def write_evaluation(results: Sequence[Sequence[ReplayResult]], scenarios: Sequence[Scenario],
@@ -235,8 +253,12 @@ def _lower_bound_h(policies: Sequence[PolicyRuns]) -> float:
     return runs[0].metrics.jct_lower_bound_s / HOUR if runs else 0.0
 
 
-def _percent(values: Sequence[float]) -> str:
-    return ", ".join(f"{100 * v:+.1f}" for v in values)
+def _percent(values: Sequence[float | None]) -> str:
+    return ", ".join("–" if v is None else f"{100 * v:+.1f}" for v in values)
+
+
+def _gain_text(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:+.1f} %"
 
 
 def _markdown(policies: Sequence[PolicyRuns], scenario: Scenario, seeds: Sequence[int],
@@ -263,12 +285,12 @@ def _markdown(policies: Sequence[PolicyRuns], scenario: Scenario, seeds: Sequenc
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in outcome["rows"]:
         lines.append(f"| {r['ordering']} | {r['baseline']} | {r['baseline_jct_h']:.2f} | "
-                     f"{r['baseline_fees']:,.0f} | {100 * r['jct_gain']:+.1f} % | "
+                     f"{r['baseline_fees']:,.0f} | {_gain_text(r['jct_gain'])} | "
                      f"{_percent(r['jct_gain_per_replica'])} | "
-                     f"{100 * r['fee_gain']:+.1f} % | {_percent(r['fee_gain_per_replica'])} | "
+                     f"{_gain_text(r['fee_gain'])} | {_percent(r['fee_gain_per_replica'])} | "
                      f"{'yes' if r['met'] else 'no'} | "
                      f"{r['cheapest']} ({r['cheapest_fees']:,.0f}, "
-                     f"{100 * r['fee_gain_vs_cheapest']:+.1f} %) |")
+                     f"{_gain_text(r['fee_gain_vs_cheapest'])}) |")
     agent_jct = outcome["agent_jct_h"]
     lines += ["", f"Dual agent: avg JCT **{agent_jct:.2f} h**, fees "
               f"**{outcome['agent_fees']:,.0f}**." if agent_jct is not None else "",

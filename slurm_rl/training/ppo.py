@@ -52,7 +52,7 @@ from slurm_rl.fairness import RankingRules
 from slurm_rl.training.actors import RolloutConfig, Step, observation_tensors
 from slurm_rl.training.batch import StepBatch, collate_placements, collate_steps
 from slurm_rl.training.curves import CurveLog
-from slurm_rl.training.episodes import EpisodeSampler, check_not_held_out
+from slurm_rl.training.episodes import EpisodeSampler, check_not_held_out, check_windows
 from slurm_rl.training.objectives import (
     ReturnScaler,
     first_choice_entropy,
@@ -155,6 +155,8 @@ def train(args: Args) -> Path:
     # ----- the world --------------------------------------------------------------------
     check_not_held_out(args.trace, args.train_window, args.validation_window)
     check_run_dir(args)
+    check_windows(args.trace, args.cluster, {"--train-window": args.train_window,
+                                             "--validation-window": args.validation_window})
     world = WorldSpec(args.trace, args.cluster, dispatch=args.dispatch, loads=args.loads,
                       load_window=args.train_window, load_basis=args.load_basis)
     pool = RolloutPool(world, args.workers, args.torch_threads, args.backend)
@@ -289,6 +291,8 @@ def advantages(network: DualNetwork, episodes: Sequence[Episode], scaler: Return
         steps += episode.steps
         adv.append(a)
         ret.append(r)
+    if not adv:  # no decision in any episode (a quiet stretch): nothing to learn from
+        return steps, np.zeros(0), np.zeros(0)
     return steps, np.concatenate(adv), np.concatenate(ret)
 
 
