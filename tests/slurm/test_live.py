@@ -5,6 +5,7 @@ hand so each test knows exactly what Slurm must do; everything is read back from
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -254,15 +255,21 @@ def test_a_pin_slurm_refuses_is_journaled_as_refused_with_slurms_message(
     live: LiveCluster, tmp_path: Path
 ) -> None:
     """Issue 19: a refused call is recorded as refused, with Slurm's own words (measured on
-    22.05.8: ``Invalid node name specified for job N``), not as a vanished job."""
+    22.05.8: ``Invalid node name specified for job N``), not as a vanished job. The node
+    is in the state the decision was made on but gone from Slurm (removed from slurm.conf
+    since): the actuator's own check (slurm_rl/slurm/eligibility.py) lets it pass."""
     job_id = live.sbatch("alice", "--gres=gpu:a100:1", "-t", "10", keep_deferred=True)
     source = SlurmSource(live.client)
     source.snapshot()
+    state = source.state()
+    gone = dataclasses.replace(state.nodes.nodes[0], name="no-such-node")
+    state = dataclasses.replace(state, nodes=dataclasses.replace(
+        state.nodes, nodes=(*state.nodes.nodes, gone)))
     store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     actuator = SlurmActuator(live.client, ActuatorConfig(mode=Mode.ENFORCE), pins=source.pins,
                              journal=StoreJournal(lambda: store))
-    placements = {job_id: Placement(("no-such-node",), (1,))}  # past any guard, as a bug would
-    report = actuator.apply(Decision("test", (job_id,), placements))
+    placements = {job_id: Placement(("no-such-node",), (1,))}
+    report = actuator.apply(Decision("test", (job_id,), placements), state)
     outcome = report.outcome(job_id)
     assert outcome is not None and (outcome.sent, outcome.error_kind) == (True, "rejected")
     with store.session() as session:
