@@ -59,10 +59,12 @@ CASES = (
          SimConfig(mode="slurm", backfill_reservations=1)),
     Case("slurm-philly-fifo-bf", "fifo+best-fit", "philly-hetero", 0.3,
          SimConfig(mode="slurm"), seed=1),
-    Case("slurm-rwgp-migrations", "fifo+rwgp", "philly-hetero", 0.15, SimConfig(mode="slurm"),
-         checkpointable=0.5, eager_moves=True),
+    # The RWGP cases were recorded with the simulator's pace readings on (its default until
+    # session 45, SimConfig.observations): they check the engine, so they keep them.
+    Case("slurm-rwgp-migrations", "fifo+rwgp", "philly-hetero", 0.15,
+         SimConfig(mode="slurm", observations=True), checkpointable=0.5, eager_moves=True),
     Case("direct-rwgp-migrations", "fifo+rwgp", "philly-hetero", 0.15,
-         SimConfig(mode="direct"), checkpointable=0.5, eager_moves=True),
+         SimConfig(mode="direct", observations=True), checkpointable=0.5, eager_moves=True),
     # Recorded before the walk's room test (slurm_rl/room.py): queues deep enough that most
     # placements asked for are refused, with and without dispatch's holds.
     Case("slurm-loaded-dispatch-fifo-fastest", "fifo+fastest-gpu", "philly-hetero", 1.0,
@@ -70,7 +72,8 @@ CASES = (
     Case("slurm-loaded-limit-bf", "sjf-limit+best-fit", "philly-hetero", 1.0,
          SimConfig(mode="slurm"), load=5.0),
     Case("slurm-loaded-dispatch-multifactor-rwgp", "multifactor+rwgp", "philly-hetero", 1.0,
-         SimConfig(mode="slurm", hold_cap_s=LONGEST_HOLD_S), load=5.0, dispatch=True),
+         SimConfig(mode="slurm", hold_cap_s=LONGEST_HOLD_S, observations=True), load=5.0,
+         dispatch=True),
 )
 
 Schedule = list[list[object]]  # per job: id, start, end, node names, GPUs, restarts

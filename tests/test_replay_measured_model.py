@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from slurm_rl.agents.registry import make_scheduler
+from slurm_rl.core import SpeedObservation
 from slurm_rl.scenario import Scenario, build_simulation, replay
 from slurm_rl.simulator.cluster_spec import load_cluster_spec
 from slurm_rl.simulator.perfmodel import datasheet_gpu_speeds as gpu_speed_table
@@ -37,14 +38,23 @@ def test_conservation_and_lower_bound(trace, mode, policy):
     assert result.metrics.avg_jct_s >= result.metrics.jct_lower_bound_s
 
 
-def test_fluctuation_emits_speed_observations(trace):
-    scenario = Scenario(load_cluster_spec("tiny"), trace, SimConfig(mode="direct"))
+def _observations(scenario: Scenario) -> list[SpeedObservation]:
     simulation = build_simulation(scenario)
     scheduler = make_scheduler("fifo+first-fit", gpu_speed_table())
-    observations = []
+    observations: list[SpeedObservation] = []
     while (snapshot := simulation.next_snapshot()) is not None:
         observations.extend(snapshot.observations)
         simulation.apply(scheduler.decide(snapshot))
+    return observations
+
+
+def test_fluctuation_emits_speed_observations_only_when_asked(trace):
+    """Live Slurm measures no pace: a replay gives none unless asked (session 45)."""
+    assert _observations(Scenario(load_cluster_spec("tiny"), trace, SimConfig(mode="direct"))) \
+        == []
+    scenario = Scenario(load_cluster_spec("tiny"), trace,
+                        SimConfig(mode="direct", observations=True))
+    observations = _observations(scenario)
     assert observations
     assert all(0 < o.relative_speed < 1.2 for o in observations)
     assert {n for o in observations for n in o.nodes} <= {n.name for n in scenario.cluster.nodes}

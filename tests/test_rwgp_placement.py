@@ -170,8 +170,10 @@ def _replay(placement: RwgpPlacement | FirstFit, mode: str,
     cluster = Cluster("racks", tuple(
         Node(f"n{i:02d}", "V100", 8, f"rack{i // 8}", 2.5) for i in range(32)))
     speed = SpeedModel(cluster, SimplePerformance(), "V100", fluctuation)  # type: ignore[arg-type]
+    # with the simulator's pace readings, which this test checks it learns from (live it
+    # learns from finished jobs' run times: slurm_rl/agents/rwgp/runtimes.py)
     sim = Simulation(cluster, _workload(600, 0), speed, fluctuation,
-                     SimConfig(mode=mode, cycle_s=10.0))  # type: ignore[arg-type]
+                     SimConfig(mode=mode, cycle_s=10.0, observations=True))  # type: ignore[arg-type]
     run_loop(TraceSource(sim), Scheduler(Fifo(), placement), SimActuator(sim))
     return sim
 

@@ -182,3 +182,18 @@ def test_an_unknown_ordering_is_one_clear_message(tmp_path: Path) -> None:
     assert result.exit_code != 0
     assert isinstance(result.exception, InputError)
     assert "unknown baseline ordering 'shortest'" in str(result.exception)
+
+
+def test_policies_that_did_not_finish_the_same_jobs_are_flagged() -> None:
+    """A review's remark: a replay measures finished jobs only, and nothing compared the
+    policies' counts, so a policy that stranded long jobs would have looked better."""
+    from slurm_rl.training.sweep import RunFigures
+    from slurm_rl.training.sweep_report import unequal_jobs
+
+    def run(policy: str, jobs: int, unfinished: int = 0) -> RunFigures:
+        return RunFigures(policy, 1.0, 0.5, 10.0, 0.1, 1.0, jobs, unfinished)
+
+    same = {"a": [run("a", 100), run("a", 100)], "b": [run("b", 100), run("b", 100)]}
+    assert unequal_jobs(same) == {}
+    stranded = {"a": [run("a", 100)], "b": [run("b", 97, unfinished=3)]}
+    assert unequal_jobs(stranded) == {"a": [100, 0], "b": [97, 3]}

@@ -52,7 +52,11 @@ class SimConfig:
     lever_delay_s: float = 0.0
     cycle_phase_s: float = 0.0
     one_gpu_type: bool = True
-    observations: bool = True
+    # Per-job pace readings (each running job's true machine health, hourly and at its end,
+    # with observation_noise): live Slurm measures no pace (docs/placement-agent.md §5), so
+    # off by default, the world the daemon, the evaluation and training share; an RWGP
+    # given them learns the machines from them instead of from finished jobs' run times.
+    observations: bool = False
     observation_noise: float = 0.02
     restart_overhead_s: float = 300.0
     seed: int = 0

@@ -69,6 +69,9 @@ class RunFigures:
     avg_wait_h: float
     p99_wait_h: float
     jobs: int
+    # jobs still unfinished when the replay ended: not measured, so a policy that strands
+    # long jobs would look better (the report says so when any policy has some)
+    unfinished: int = 0
     # how long the replay took, in wall time and in its process's CPU time (on a shared
     # machine the CPU time is what another machine would need): reported, never in sweep.json
     wall_s: float = 0.0
@@ -93,8 +96,8 @@ def measure(scenario: Scenario, spec: PolicySpec) -> RunFigures:
     metrics = result.metrics
     return RunFigures(spec.label, metrics.avg_jct_s / HOUR, metrics.jct_lower_bound_s / HOUR,
                       metrics.total_fees, metrics.avg_queueing_s / HOUR,
-                      float(np.percentile(waits, 99)) / HOUR, metrics.jobs, result.wall_s,
-                      cpu_s)
+                      float(np.percentile(waits, 99)) / HOUR, metrics.jobs,
+                      result.unfinished_jobs, result.wall_s, cpu_s)
 
 
 @dataclass(frozen=True)

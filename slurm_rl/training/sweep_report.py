@@ -128,6 +128,17 @@ def load_verdict(by_policy: Mapping[str, Sequence[RunFigures]], target: float
 # ----- sweep.json ---------------------------------------------------------------------------
 
 
+def unequal_jobs(by_policy: Mapping[str, Sequence[RunFigures]]) -> dict[str, list[int]]:
+    """Each policy's measured and unfinished jobs per replica, when the policies did not all
+    finish the same jobs (else empty): their figures are then over different jobs, and a
+    policy that left long jobs unfinished would look better."""
+    counts = {p: [r.jobs for r in runs] for p, runs in by_policy.items()}
+    unfinished = {p: [r.unfinished for r in runs] for p, runs in by_policy.items()}
+    if len({tuple(c) for c in counts.values()}) <= 1 and not any(map(any, unfinished.values())):
+        return {}
+    return {p: [*counts[p], *unfinished[p]] for p in by_policy}
+
+
 def sweep_payload(runs: SweepRuns, original_nodes: Mapping[str, int]) -> dict[str, Any]:
     scenario = runs.points[0].scenario
     points: list[dict[str, Any]] = []
@@ -139,6 +150,7 @@ def sweep_payload(runs: SweepRuns, original_nodes: Mapping[str, int]) -> dict[st
             "node_groups": {p: [original_nodes[p], n] for p, n in point.node_counts.items()},
             "unschedulable_jobs": point.unschedulable_jobs,
             "measured_jobs": by_policy[runs.policies[0]][0].jobs,
+            "unequal_jobs": unequal_jobs(by_policy),
             "lines": {line: line_policy(by_policy, line) for line in line_names(runs)},
             "verdict": load_verdict(by_policy, point.target),
             "policies": {p: {name: iv.as_dict([r.metric(name) for r in by_policy[p]])
@@ -206,6 +218,11 @@ def sweep_markdown(payload: Mapping[str, Any], command: str, wall_s: float,
         lines.append(f"| {p['target_load']:g} | {p['achieved_load']:.3f} | "
                      f"{p['scale_factor']:.3f} | {p['gpus']} | {groups} | "
                      f"{p['measured_jobs']:,} | {p['unschedulable_jobs']:,} |")
+    for p in points:
+        if p.get("unequal_jobs"):
+            lines += ["", f"**Not comparable at ρ {p['target_load']:g}**: the policies did not "
+                      "all finish the same jobs (measured per replica, then unfinished): "
+                      + "; ".join(f"{k} {v}" for k, v in p["unequal_jobs"].items())]
     lines += ["", *_verdict_table(points), ""]
     lines += [f"![{name}]({name})" for name in plots] + [""]
     for metric, title in METRICS:
