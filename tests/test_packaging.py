@@ -21,8 +21,9 @@ REPO = Path(__file__).resolve().parents[1]
 SHIPPED = ("policies/default/meta.json", "policies/default/weights.pt",
            "policies/no-communication/weights.pt", "sim/clusters/philly-hetero.toml",
            "sim/clusters/venus.toml", "plugins/job_submit.lua", "db/env.py",
-           "db/script.py.mako", "db/versions/0001_initial.py", "db/versions/0005_intents.py")
-HEAD_REVISION = "0005_intents"
+           "db/script.py.mako", "db/versions/0001_initial.py", "db/versions/0005_intents.py",
+           "db/versions/0006_one_active_version.py")
+HEAD_REVISION = "0006_one_active_version"
 
 
 def test_shipped_prefers_the_checkout_then_the_install(tmp_path: Path,

@@ -10,7 +10,18 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, Index, Integer, LargeBinary, String, Text
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from slurm_rl.store.models import Base, CycleRow, OutcomeRow
@@ -37,6 +48,9 @@ class ModelVersionRow(Base):
     """One policy version: a bundle (or a baseline's name), how it was made, how it did."""
 
     __tablename__ = "model_versions"
+    # At most one active row, kept by the database (migration 0006): a partial unique index.
+    __table_args__ = (Index("uq_model_versions_one_active", "active", unique=True,
+                            sqlite_where=text("active"), postgresql_where=text("active")),)
 
     version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -184,7 +184,7 @@ def test_a_store_at_an_older_schema_is_skipped_not_upgraded(
     with caplog.at_level(logging.INFO, logger="slurm_rl.retrain"):
         result = retrain(url, tiny(tmp_path), now=NOW)
     assert result.status == "skipped"
-    assert "store schema is at revision 0001, retraining needs 0005_intents" in \
+    assert "store schema is at revision 0001, retraining needs 0006_one_active_version" in \
         result.message
     assert "model_versions" not in sa.inspect(engine).get_table_names()  # left as it was
 
