@@ -60,7 +60,9 @@ class ModelVersionRow(Base):
     active: Mapped[bool] = mapped_column(Boolean, default=False)
     base_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     meta: Mapped[dict[str, object] | None] = mapped_column(JSON, nullable=True)
-    weights: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    # Deferred: the bundle's bytes (megabytes) load only when a cache is filled from them,
+    # not with every listing or every cycle's look at the active version.
+    weights: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, deferred=True)
     metrics: Mapped[dict[str, object] | None] = mapped_column(JSON, nullable=True)
     window_start: Mapped[float | None] = mapped_column(Float, nullable=True)
     window_end: Mapped[float | None] = mapped_column(Float, nullable=True)

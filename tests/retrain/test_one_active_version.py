@@ -1,6 +1,7 @@
 """The database itself keeps at most one model version active (migration 0006), on SQLite
 and PostgreSQL; a store an older release left with several active rows is repaired by the
-upgrade, keeping the version its history activated last."""
+upgrade, keeping the version its history activated last. Reading versions leaves their
+bundles' bytes in the store."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
+from slurm_rl.paths import default_bundle_path
 from slurm_rl.store import migrate
 from slurm_rl.store.registry import ModelRegistry
 from slurm_rl.store.repository import Store, make_engine
@@ -75,3 +77,19 @@ def _event(connection: sa.Connection, action: str, version: int, previous: int) 
         "INSERT INTO model_events (at, action, version, previous, note)"
         " VALUES (:at, :action, :v, :p, '')"),
         {"at": datetime.now(UTC), "action": action, "v": version, "p": previous})
+
+
+def test_listing_and_reading_versions_leave_the_bundles_bytes_in_the_store(
+        store_url: str) -> None:
+    """``models list`` and the daemon's look at the active version loaded every version's
+    weights (megabytes each) before; only filling a cache reads them."""
+    engine = Store(store_url).engine
+    registry = ModelRegistry(engine)
+    version = registry.register("rl+rl", bundle=default_bundle_path())
+    registry.promote(version)
+    selects: list[str] = []
+    sa.event.listen(engine, "before_cursor_execute",
+                    lambda _c, _k, statement, *_: selects.append(statement))
+    assert [v.version for v in registry.versions()] == [version]
+    assert registry.get(version).active and registry.active() is not None
+    assert selects and not any("weights" in s for s in selects), selects
