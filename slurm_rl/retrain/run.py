@@ -90,7 +90,7 @@ def _retrain_once(store_url: str, settings: RetrainSettings, now: float | None,
         return RetrainResult("skipped", "retrain skipped: another retrain is running "
                              "(a retrain_runs row younger than its lease)")
     try:
-        result = _retrain(engine, settings, time.time() if now is None else now)
+        result = _retrain(engine, settings, time.time() if now is None else now, run_id)
     except RetrainSkipped as exc:
         result = RetrainResult("skipped", f"retrain skipped: {exc}; the active policy stays")
     except SlurmRLError as exc:
@@ -108,7 +108,8 @@ def _log(result: RetrainResult) -> None:
     log.log(level, "%s", result.message)
 
 
-def _retrain(engine: Engine, settings: RetrainSettings, now: float) -> RetrainResult:
+def _retrain(engine: Engine, settings: RetrainSettings, now: float,
+             run_id: int) -> RetrainResult:
     window = load_window(engine, settings.cluster, settings.window_days, now)
     registry = ModelRegistry(engine)
     current, current_version = current_policy(registry, settings)
@@ -122,6 +123,7 @@ def _retrain(engine: Engine, settings: RetrainSettings, now: float) -> RetrainRe
             LEARNED, bundle=candidate, source=source, base_version=current_version,
             metrics={"calibration": about},
             window=Window(window.start, window.end, len(window.jobs)))
+        _note_candidate(engine, run_id, version)
         verdict = judge(PolicyRef(LEARNED, candidate, f"v{version}"), current, calibration,
                         settings.gate)
     metrics = {"calibration": about, "gate": verdict.as_dict()}
@@ -219,6 +221,8 @@ def _start_run(engine: Engine, lease_s: float) -> int | None:
             return None
         for row in others:  # older than the lease: that process died
             row.status, row.message = "failed", "abandoned (lease expired)"
+            _retire_candidate(session, row.candidate_version, "abandoned",
+                              f"retrain run {row.id} stopped before judging it (lease expired)")
         return mine.id
 
 
@@ -226,8 +230,29 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
+def _note_candidate(engine: Engine, run_id: int, version: int) -> None:
+    """The run's candidate, as soon as it is registered: a run that fails or dies before its
+    verdict can then mark it, and ``models list`` does not offer it as an untried candidate."""
+    with Session(engine) as session, session.begin():
+        session.execute(update(RetrainRunRow).where(RetrainRunRow.id == run_id)
+                        .values(candidate_version=version))
+
+
 def _finish_run(engine: Engine, run_id: int, result: RetrainResult) -> None:
     with Session(engine) as session, session.begin():
-        session.execute(update(RetrainRunRow).where(RetrainRunRow.id == run_id).values(
-            finished_at=datetime.now(UTC), status=result.status, message=result.message,
-            candidate_version=result.version))
+        run = session.get(RetrainRunRow, run_id)
+        assert run is not None
+        run.finished_at, run.status, run.message = datetime.now(UTC), result.status, \
+            result.message
+        if result.version is not None:
+            run.candidate_version = result.version
+        if result.status == "failed":
+            _retire_candidate(session, run.candidate_version, "failed", result.message)
+
+
+def _retire_candidate(session: Session, version: int | None, status: str, why: str) -> None:
+    """A run's candidate that never got a verdict: ``status`` (failed, abandoned) instead of
+    ``candidate``, with ``why`` as its note."""
+    row = session.get(ModelVersionRow, version) if version is not None else None
+    if row is not None and row.status == "candidate" and not row.active:
+        row.status, row.note = status, why
