@@ -242,6 +242,20 @@ def test_a_long_job_is_kept_off_slow_nodes_whatever_its_size_and_even_in_a_backl
     assert rwgp.exclusions(long_one, backlog) == slow
 
 
+def test_a_patient_chooser_keeps_a_long_job_off_slow_nodes_for_an_hour_only():
+    """Under shortest-limit-first the fast GPUs go to shorter jobs for as long as they keep
+    coming: ``rwgp-long`` then kept a long job pending for weeks (session 46, Philly October
+    at load 0.85 without pace readings: 585 jobs over two days, many to the 720 h cap)."""
+    cluster = mixed_cluster()
+    long_one = job("long", 0.0, 1, 50_000.0, time_limit=86_400.0)
+    for now, patient_places in ((1800.0, False), (3700.0, True)):
+        snapshot = ClusterSnapshot(now, cluster, (0, 0, 8, 8), (long_one,))
+        patient = _dual_agent("rwgp-long-patient").decide(snapshot)
+        assert ("long" in patient.placements) is patient_places, now
+        assert "long" not in _dual_agent("rwgp-long").decide(snapshot).placements  # for ever
+    assert patient.placements["long"].nodes[0].startswith("k80")
+
+
 def test_a_long_job_waiting_for_a_fast_gpu_is_no_sign_of_a_backlog():
     cluster = mixed_cluster()
     rwgp = RwgpPlacement(SPEEDS, PlacementConfig(exclusion_min_limit_s=86_400.0))

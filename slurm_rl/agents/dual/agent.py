@@ -122,7 +122,8 @@ class OrderingAgent:
 # ----- schedulers from a bundle ------------------------------------------------------------
 
 
-# How long ``rwgp-patient`` keeps a gang off slow nodes: one untuned value (session 39)
+# How long ``rwgp-patient`` keeps a gang off slow nodes, and ``rwgp-long-patient`` a long job:
+# one untuned value (session 39)
 PATIENCE_S = 3600.0
 # Each RWGP chooser's exclusion rules (slurm_rl/agents/rwgp/exclusions.py); λ is the bundle's
 _RWGP_EXCLUSIONS: dict[str, PlacementConfig] = {
@@ -134,6 +135,12 @@ _RWGP_EXCLUSIONS: dict[str, PlacementConfig] = {
     # the long-job rule alone (an ablation of rwgp-excluding-long: no gang is kept off for its size)
     "rwgp-long": PlacementConfig(exclusion_spanning=False, exclusion_min_gpus=None,
                                  exclusion_min_limit_s=LONG_LIMIT_H * 3600),
+    # the long-job rule until the job has waited PATIENCE_S: without the simulator's pace
+    # readings rwgp-long kept hundreds of long jobs waiting for fast nodes for weeks under
+    # shortest-limit-first (session 46)
+    "rwgp-long-patient": PlacementConfig(exclusion_spanning=False, exclusion_min_gpus=None,
+                                         exclusion_min_limit_s=LONG_LIMIT_H * 3600,
+                                         exclusion_patience_s=PATIENCE_S),
 }
 
 

@@ -39,9 +39,10 @@ PLACEMENT_GP = "placement_gp"  # meta key: the chooser's refit RWGP hyperparamet
 #: the gang has waited an hour (``PlacementConfig.exclusion_patience_s``);
 #: ``rwgp-excluding-long`` excludes as ``rwgp-excluding`` does and also keeps any job with a
 #: time limit of a day or more off slow nodes (``PlacementConfig.exclusion_min_limit_s``);
-#: ``rwgp-long`` keeps only those long jobs off slow nodes (its ablation: no gang rule).
+#: ``rwgp-long`` keeps only those long jobs off slow nodes (its ablation: no gang rule);
+#: ``rwgp-long-patient`` does so until the long job has waited an hour.
 CHOOSERS = ("rwgp-excluding", "rwgp", "rwgp-patient", "rwgp-excluding-long", "rwgp-long",
-            "best-fit")
+            "rwgp-long-patient", "best-fit")
 UNNAMED_CHOOSER = "rwgp"  # a meta.json without the key: bundles from before the key existed
 #: The time limit from which the ``-long`` choosers keep any job off slow nodes (meta.json
 #: ``long_limit_h``): a day, one untuned value (session 40). A job that asks for a day runs 8 h
