@@ -197,3 +197,17 @@ def test_policies_that_did_not_finish_the_same_jobs_are_flagged() -> None:
     assert unequal_jobs(same) == {}
     stranded = {"a": [run("a", 100)], "b": [run("b", 97, unfinished=3)]}
     assert unequal_jobs(stranded) == {"a": [100, 0], "b": [97, 3]}
+
+
+def test_a_sweep_without_sjf_oracle_shows_a_dash_not_nan() -> None:
+    """``--orderings sjf-limit`` replays no SJF-oracle: its column read 'nan' (session 46)."""
+    from slurm_rl.training.sweep_report import _verdict_table
+
+    figures = {"avg_jct_h": 3.6, "fees": 421_170.0, "p99_wait_h": 8.48}
+    verdict = {"best_baseline": "sjf-limit+fastest-gpu", "oracle": None, "gap_closed": None,
+               "agent": figures, "baseline": {**figures, "avg_jct_h": 3.83},
+               "checks": {"jct": True, "gap": False}, "held": False}
+    (row,) = [r for r in _verdict_table([{"target_load": 0.85, "verdict": verdict}])
+              if r.startswith("| 0.85")]
+    assert row.startswith("| 0.85 | sjf-limit+fastest-gpu | 3.83 | 3.60 | — | — |")
+    assert "nan" not in row

@@ -279,13 +279,15 @@ def _verdict_table(points: Sequence[Mapping[str, Any]]) -> list[str]:
         if v is None:
             rows.append(f"| {p['target_load']:g} | — | | | | | | | no agent |")
             continue
-        oracle = p["policies"][v["oracle"]]["avg_jct_h"]["mean"] if v["oracle"] else math.nan
+        # "—": no SJF-oracle policy was replayed (--orderings left it out)
+        oracle = (f'{p["policies"][v["oracle"]]["avg_jct_h"]["mean"]:.2f}' if v["oracle"]
+                  else "—")
         gap = "—" if v["gap_closed"] is None else f"{100 * v['gap_closed']:.0f} %"
         failed = [k for k, ok in v["checks"].items() if not ok]
         held = "yes" if v["held"] else "no (" + ", ".join(failed) + ")"
         a, b = v["agent"], v["baseline"]
         rows.append(f"| {p['target_load']:g} | {v['best_baseline']} | {b['avg_jct_h']:.2f} | "
-                    f"{a['avg_jct_h']:.2f} | {oracle:.2f} | {gap} | {b['fees']:,.0f} / "
+                    f"{a['avg_jct_h']:.2f} | {oracle} | {gap} | {b['fees']:,.0f} / "
                     f"{a['fees']:,.0f} | {b['p99_wait_h']:.2f} / {a['p99_wait_h']:.2f} | "
                     f"{held} |")
     return rows
