@@ -7,11 +7,12 @@ skipped and the active policy stays.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import Counter
 from dataclasses import dataclass
 
-from sqlalchemy import exists, select
+from sqlalchemy import Text, cast, exists, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -28,6 +29,11 @@ MIN_JOBS = 2  # one job orders nothing: there is no queue to learn from
 
 class RetrainSkipped(SlurmRLError):
     """Retraining cannot or need not run now (one line why); nothing changes."""
+
+
+class StoreRowDamaged(SlurmRLError):
+    """A store row the window needs cannot be read (one line: table, row, column); the retrain
+    fails and the active policy stays."""
 
 
 @dataclass(frozen=True)
@@ -119,14 +125,28 @@ def _first_starts(session: Session) -> dict[str, float]:
     """Per job key, when the first of its runs began, for jobs the daemon moved (a move's row
     keeps the run it ended, ``details.moved_from``): Slurm resets a requeued job's start
     time, so its outcome holds the last run only."""
-    query = select(DecisionRow.job_key, DecisionRow.details).where(
+    # The column is read as text and decoded here, not by the JSON type: a damaged row
+    # (SQLite keeps any text) then gets a message naming it, not a bare JSONDecodeError.
+    query = select(DecisionRow.id, DecisionRow.job_key, cast(DecisionRow.details, Text)).where(
         DecisionRow.action == "migrate", DecisionRow.slurm_rc == 0)
     found: dict[str, float] = {}
-    for key, details in session.execute(query):
-        started = _moved_from_start(details)
+    for row_id, key, stored in session.execute(query):
+        started = _moved_from_start(_details(row_id, key, stored))
         if started is not None:
             found[key] = min(started, found.get(key, started))
     return found
+
+
+def _details(row_id: int, job_key: str, stored: str | None) -> object:
+    """A decision row's ``details`` decoded from its stored text (None: SQL NULL)."""
+    if stored is None:
+        return None
+    try:
+        return json.loads(stored)
+    except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+        raise StoreRowDamaged(
+            f"store table decisions, row {row_id} (job {job_key}): column 'details' is not "
+            f"JSON ({exc}); repair or delete that row") from exc
 
 
 def _moved_from_start(details: object) -> float | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from slurm_rl.core import (
     Cluster,
@@ -18,10 +19,12 @@ from slurm_rl.core import (
     RunningJob,
 )
 from slurm_rl.daemon.recorder import StoreRecorder
-from slurm_rl.retrain.window import load_window
+from slurm_rl.retrain.run import retrain
+from slurm_rl.retrain.window import StoreRowDamaged, load_window
 from slurm_rl.slurm.actuator import ActuationReport, JobOutcome, Mode
 from slurm_rl.store.repository import Store, job_key
 from tests.retrain.logged import CLUSTER, NODES, fill
+from tests.retrain.test_gate_and_retrain import tiny
 
 NOW = 1_800_000_000.0
 FIRST_START = NOW - 3 * 3600.0
@@ -59,7 +62,8 @@ def test_the_move_row_keeps_the_run_it_ended(store: Store) -> None:
     assert row.details["moved_from"] == {"nodes": ["v100-01"], "start_time": FIRST_START}
 
 
-def test_retraining_counts_a_moved_jobs_run_from_its_first_start(store: Store) -> None:
+def test_retraining_counts_a_moved_jobs_run_from_its_first_start(store_url: str) -> None:
+    store = Store(store_url)  # both backends: the move's details are read back as text
     fill(store, 6, now=NOW)
     _move(store)
     jobs = {job.job_id: job for job in load_window(store.engine, CLUSTER, 1.0, NOW).jobs}
@@ -77,3 +81,26 @@ def test_a_failed_requeue_changes_nothing(store: Store) -> None:
     jobs = {job.job_id: job for job in load_window(store.engine, CLUSTER, 1.0, NOW).jobs}
     assert jobs["m1"].start_time == RESTART
     assert job_key(CLUSTER, "m1") == row.job_key
+
+
+def test_a_damaged_move_row_fails_the_retrain_with_a_line_naming_it(
+        store: Store, tmp_path: Path) -> None:
+    """SQLite keeps any text in the JSON column: one bad row must name itself, not surface as
+    a bare JSONDecodeError that the retrain run reports without saying where."""
+    fill(store, 40, now=NOW)
+    _move(store)
+    with store.engine.begin() as connection:
+        (row_id,) = connection.execute(
+            sa.text("SELECT id FROM decisions WHERE action = 'migrate'")).one()
+        connection.execute(sa.text("UPDATE decisions SET details = '{\"moved_from\": {' "
+                                   "WHERE id = :id"), {"id": row_id})
+    with pytest.raises(StoreRowDamaged) as raised:
+        load_window(store.engine, CLUSTER, 1.0, NOW)
+    assert str(raised.value).startswith(
+        f"store table decisions, row {row_id} (job {job_key(CLUSTER, 'm1')}): column 'details' "
+        "is not JSON")
+    url = str(store.engine.url)
+    result = retrain(url, tiny(tmp_path), now=NOW)
+    assert result.status == "failed"
+    assert f"row {row_id} (job {job_key(CLUSTER, 'm1')})" in result.message
+    assert "JSONDecodeError" not in result.message
