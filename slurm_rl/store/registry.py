@@ -227,8 +227,12 @@ class ModelRegistry:
             return target
         cache_dir.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=cache_dir, prefix=f".v{version}."))  # random, 0700
-        for name, content in files.items():
-            write_atomic(staging / name, content)
+        try:
+            for name, content in files.items():
+                write_atomic(staging / name, content)
+        except BaseException:  # a full disk: every try would leave another staging folder
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         _install(staging, target, files)
         return target
 

@@ -77,3 +77,31 @@ def _cached_form(bundle: Path) -> Path:
     (target / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     shutil.copy(bundle / "weights.pt", target / "weights.pt")
     return target
+
+
+def test_an_unpacking_that_fails_leaves_no_staging_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk halfway through unpacking: the error reaches the caller (the daemon keeps
+    its policy and tries again at the next version or reload) and no ``.v1.*`` folder is left
+    behind to pile up at every try."""
+    import errno
+
+    import slurm_rl.store.registry as registry_module
+
+    first, _ = _bundles(tmp_path)
+    cache = tmp_path / "models"
+    registry = ModelRegistry(Store(f"sqlite:///{tmp_path / 'store.sqlite'}").engine)
+    registry.register("rl+rl", bundle=first)
+    written: list[Path] = []
+
+    def full_disk(path: Path, content: bytes) -> None:
+        if written:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        path.write_bytes(content)
+        written.append(path)
+
+    monkeypatch.setattr(registry_module, "write_atomic", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        registry.materialize(1, cache)
+    assert written  # one file was unpacked before the disk filled
+    assert list(cache.iterdir()) == []
