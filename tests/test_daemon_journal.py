@@ -278,8 +278,8 @@ def test_revert_undoes_a_call_only_the_journal_saw(tmp_path: Path) -> None:
         found = changes(restarted.store, None, None)
         assert found["3"].before["ReqNodeList"] == ""  # what Slurm showed before the pin
         steps = revert(CliSlurmClient(runner=after), found, dry_run=False, now=NOW)
-        (undo,) = [step for step in steps if step.job_id == "3" and step.sent is not None]
-        assert undo.sent is not None and "ReqNodeList=" in undo.sent.argv
+        (undo,) = [step for step in steps if step.job_id == "3" and step.sent]
+        assert "ReqNodeList=" in undo.sent[-1].argv
     finally:
         restarted.close(retire=False)
 

@@ -25,10 +25,19 @@ from slurm_rl.devcluster.cluster import free_base_port
 from slurm_rl.errors import InputError
 from slurm_rl.ops import reasons
 from slurm_rl.ops.explain import explanation, find_job, render
-from slurm_rl.ops.revert import changes, parse_since, record, restore_fields, revert
+from slurm_rl.ops.revert import (
+    SLURMS_OWN,
+    Change,
+    changes,
+    parse_since,
+    record,
+    restore_fields,
+    revert,
+)
 from slurm_rl.retrain.schedule import RETENTION_JOB, RETRAIN_JOB
 from slurm_rl.scheduler import Scheduler
 from slurm_rl.slurm.client import CliSlurmClient
+from slurm_rl.slurm.plan import before_values
 from slurm_rl.slurm.records import SlurmJob
 from slurm_rl.store.models import DecisionRow
 from tests.slurm.fakes import fixture_text
@@ -275,14 +284,47 @@ def _job(**values: Any) -> SlurmJob:
 def test_restore_fields_undo_pins_priorities_and_deferrals() -> None:
     now = 1000.0
     pinned = _job(required_nodes=("a-1",), priority=1000, eligible_time=now - 5)
-    before = {"ReqNodeList": "", "NumNodes": "1", "Priority": "1", "StartTime": "990"}
-    assert restore_fields(pinned, before, now) == {"ReqNodeList": "", "NumNodes": "1",
-                                                   "Priority": "1"}
+    before = {"ReqNodeList": "", "NumNodes": "1", "Priority": "1", "Nice": "0",
+              "StartTime": "990"}
+    assert restore_fields(pinned, before, now, priority_set="1000") == {
+        "ReqNodeList": "", "NumNodes": "1", "Priority": SLURMS_OWN}
     held = _job(eligible_time=now + 100, priority=1)
     assert restore_fields(held, {"StartTime": "995"}, now) == {"StartTime": "now"}
     user_begin = _job(eligible_time=now + 300)
     assert restore_fields(user_begin, {"StartTime": f"{now + 300:.0f}"}, now) == {}
-    assert restore_fields(_job(priority=1), {"Priority": "1"}, now) == {}
+    assert restore_fields(_job(priority=1), {"Priority": "1"}, now, priority_set="1000") == {}
+
+
+def test_revert_hands_the_priority_back_to_slurm_with_the_users_nice() -> None:
+    """A Priority written back as a number stays fixed in Slurm (no aging, no fair-share, a
+    later Nice ignored), and the daemon's own Priority had zeroed the user's --nice: revert
+    releases the priority to the priority plugin, then sends the nice from before."""
+    now = 1000.0
+    before = {"Priority": "120", "Nice": "50"}
+    assert restore_fields(_job(priority=5000), before, now, priority_set="5000") == {
+        "Priority": SLURMS_OWN, "Nice": "50"}
+    # Someone set another priority since, or a user held the job: left as it is.
+    assert restore_fields(_job(priority=7000), before, now, priority_set="5000") == {}
+    assert restore_fields(_job(priority=0), before, now, priority_set="5000") == {}
+
+    # what the daemon stores beside its Priority: the nice Slurm is about to zero
+    assert before_values(_job(priority=120, nice=50), ["Priority"]) == (
+        ("Priority", "120"), ("Nice", "50"))
+
+    runner = _cluster()  # the recorded 22.05 queue; scontrol calls succeed
+    client = CliSlurmClient(runner=runner)
+    job_id = ROLES["pending_prio"]
+    (shown,) = [job for job in client.jobs().jobs if job.job_id == job_id]
+    assert shown.priority, "the recorded job is pending and not held"
+    found = {job_id: Change(job_id, dict(before), priority_set=str(shown.priority))}
+    steps = revert(client, found, dry_run=False, now=now)
+    (step,) = [step for step in steps if step.job_id == job_id]
+    assert step.result == "ok"
+    release, update = (result.argv for result in step.sent)  # in this order
+    assert release == ("scontrol", "release", job_id)
+    assert update[:4] == ("scontrol", "update", f"JobId={job_id}", "Nice=50")
+    assert "Priority" not in " ".join(update)  # no number written back
+    assert runner.argvs.index(release) < runner.argvs.index(update)
 
 
 def test_changes_take_the_value_before_the_first_change(tmp_path: Path) -> None:
@@ -319,13 +361,13 @@ def test_revert_records_what_it_sent_and_a_later_revert_ignores_it(tmp_path: Pat
         steps = revert(client, found, dry_run=False, now=NOW)
         sent = [step for step in steps if step.sent is not None]
         assert sent, "the recorded queue has daemon changes to undo"
-        assert record(store, steps, found, "slurm", NOW) == len(sent)
+        assert record(store, steps, found, "slurm", NOW) == sum(len(s.sent) for s in sent)
         for step in sent:
-            (row,) = [r for r in store.decisions_for("slurm", step.job_id)
-                      if r.action == "revert"]
-            assert row.policy_id == "revert" and row.slurm_rc == 0
-            assert row.argv == list(step.sent.argv)
-            assert row.details is not None and set(row.details["before"]) == set(step.fields)
+            rows = [r for r in store.decisions_for("slurm", step.job_id) if r.action == "revert"]
+            assert [row.argv for row in rows] == [list(result.argv) for result in step.sent]
+            assert all(row.policy_id == "revert" and row.slurm_rc == 0 for row in rows)
+            recorded = {name for row in rows for name in (row.details or {})["before"]}
+            assert recorded == set(step.fields) | ({"Nice"} if "Priority" in step.fields else set())
         assert changes(store, None, None) == found  # revert's own rows are not daemon changes
     finally:
         daemon.close(retire=False)

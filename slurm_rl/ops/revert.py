@@ -4,9 +4,18 @@ Every decision row the daemon sent successfully (``slurm_rc == 0``) carries, in
 ``details["before"]``, what Slurm showed for each field before the call. For each job that
 is still pending, revert restores the value from before the daemon's *first* change since
 ``T``: the node list (an empty one is cleared) and node count, the excluded nodes
-(``ExcNodeList``; an empty one is cleared), the priority, and the begin time: a deferral is
-lifted (``StartTime=now``) unless the original begin time is still in the future. Jobs that
-started or ended keep what happened; they are listed as such. A job the job_submit plugin
+(``ExcNodeList``; an empty one is cleared), the begin time (a deferral is lifted,
+``StartTime=now``, unless the original begin time is still in the future), and the priority.
+
+The priority is handed back to Slurm, not set to its old number: a Priority set with
+``scontrol update`` stays fixed (slurmctld's ``direct_set_prio``: no aging, no fair-share,
+and a later ``Nice`` is ignored), so writing the old number back would freeze the job there.
+``scontrol release`` on a pending job that is not held clears that flag and has the priority
+plugin compute it again (job_mgr.c, the priority ``INFINITE`` branch); it also zeroes the
+nice, as the daemon's own Priority did, so the job's ``--nice`` from before is then sent
+back. This is done only while the job still holds the Priority the daemon last set: one
+someone changed since, or a held job (priority 0), is left as it is. Jobs that started or
+ended keep what happened; they are listed as such. A job the job_submit plugin
 deferred (because the daemon's heartbeat was fresh) and that the daemon never touched is
 released too, since the deferral exists only because the daemon ran.
 
@@ -44,8 +53,9 @@ from slurm_rl.store.models import CycleRow, DecisionRow
 from slurm_rl.store.repository import ActionRecord, Store
 
 REVERTED_FIELDS = ("ReqNodeList", "NumNodes", "ExcNodeList", "Priority", "StartTime",
-                   "Features")
+                   "Features", "Nice")
 REVERT = "revert"  # policy, mode and action of the rows revert stores about itself
+SLURMS_OWN = "(Slurm's own)"  # restore_fields' Priority: `scontrol release`, then the nice
 
 
 @dataclass
@@ -56,6 +66,7 @@ class Change:
     before: dict[str, str] = field(default_factory=dict)
     rows: int = 0
     cluster: str = ""  # the cluster its rows were stored under
+    priority_set: str = ""  # the Priority the daemon's latest change set ("" if none did)
 
 
 def parse_since(text: str | None) -> datetime | None:
@@ -97,6 +108,7 @@ def changes(store: Store, cluster: str | None, since: datetime | None) -> dict[s
             job_id = row.job_key.rpartition(":")[2]
             change = found.setdefault(job_id, Change(job_id, cluster=cycle.cluster))
             change.rows += 1
+            change.priority_set = _priority_in(row.argv) or change.priority_set
             before = (row.details or {}).get("before") or {}
             if not isinstance(before, dict):
                 continue
@@ -105,12 +117,21 @@ def changes(store: Store, cluster: str | None, since: datetime | None) -> dict[s
     return found
 
 
+def _priority_in(argv: Sequence[str] | None) -> str:
+    """The ``Priority=`` value an ``scontrol update`` argv sets ("" if none)."""
+    values = [arg.partition("=")[2] for arg in argv or () if arg.startswith("Priority=")]
+    return values[-1] if values else ""
+
+
 def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def restore_fields(job: SlurmJob, before: Mapping[str, str], now: float) -> dict[str, str]:
-    """The scontrol fields that put ``job`` back as it was before the daemon."""
+def restore_fields(job: SlurmJob, before: Mapping[str, str], now: float,
+                   priority_set: str = "") -> dict[str, str]:
+    """The scontrol fields that put ``job`` back as it was before the daemon; ``Priority``
+    is :data:`SLURMS_OWN` when the job still holds the daemon's (``priority_set``): it is
+    released to the priority plugin, and its ``Nice`` from before sent after that."""
     fields: dict[str, str] = {}
     if "ReqNodeList" in before and ",".join(job.required_nodes) != before["ReqNodeList"]:
         fields["ReqNodeList"] = before["ReqNodeList"]  # empty clears the pin
@@ -123,8 +144,12 @@ def restore_fields(job: SlurmJob, before: Mapping[str, str], now: float) -> dict
         fields["ExcNodeList"] = before["ExcNodeList"]  # empty clears it
     if "Features" in before and job.features != before["Features"]:
         fields["Features"] = before["Features"]  # empty clears the one-type constraint
-    if before.get("Priority", "").isdigit() and str(job.priority) != before["Priority"]:
-        fields["Priority"] = before["Priority"]
+    if "Priority" in before and priority_set and job.priority and \
+            str(job.priority) == priority_set:
+        fields["Priority"] = SLURMS_OWN
+        nice = before.get("Nice", "")
+        if nice.lstrip("-").isdigit() and nice != "0":  # release zeroes it
+            fields["Nice"] = nice
     fields.update(_start_time(job, before, now))
     return fields
 
@@ -154,7 +179,7 @@ class Step:
     fields: dict[str, str]
     result: str
     job: SlurmJob | None = None
-    sent: CommandResult | None = None  # the scontrol update, when one was run
+    sent: tuple[CommandResult, ...] = ()  # the scontrol calls run: release, then update
 
 
 def revert(client: CliSlurmClient, found: Mapping[str, Change], *, dry_run: bool,
@@ -174,18 +199,35 @@ def revert(client: CliSlurmClient, found: Mapping[str, Change], *, dry_run: bool
             steps.append(Step(job_id, state, {}, "not pending: nothing to undo"))
             continue
         job = found_job
-        fields = restore_fields(job, wanted[job_id].before, now)
+        change = wanted[job_id]
+        fields = restore_fields(job, change.before, now, change.priority_set)
         if not fields:
             steps.append(Step(job_id, job.state, {}, "already as before"))
             continue
         if dry_run:
             steps.append(Step(job_id, job.state, fields, "would send"))
             continue
-        result = client.update_jobs([job_id], fields)
-        answer = "ok" if result.ok else f"failed (exit {result.returncode}): " \
-                                         f"{' '.join(result.stderr.split())}"
-        steps.append(Step(job_id, job.state, fields, answer, job, result))
+        sent = _send(client, job_id, fields)
+        failed = next((result for result in sent if not result.ok), None)
+        answer = "ok" if failed is None else f"failed (exit {failed.returncode}): " \
+                                              f"{' '.join(failed.stderr.split())}"
+        steps.append(Step(job_id, job.state, fields, answer, job, sent))
     return steps
+
+
+def _send(client: CliSlurmClient, job_id: str, fields: Mapping[str, str]
+          ) -> tuple[CommandResult, ...]:
+    """``scontrol release`` first when the priority goes back to Slurm (it zeroes the nice,
+    and a nice sent while the daemon's Priority holds is ignored), then one update."""
+    rest = {name: value for name, value in fields.items() if value != SLURMS_OWN}
+    sent: list[CommandResult] = []
+    if len(rest) < len(fields):
+        sent.append(client.release_job(job_id))
+        if not sent[-1].ok:
+            return tuple(sent)
+    if rest:
+        sent.append(client.update_jobs([job_id], rest))
+    return tuple(sent)
 
 
 def record(store: Store, steps: Sequence[Step], found: Mapping[str, Change],
@@ -194,23 +236,33 @@ def record(store: Store, steps: Sequence[Step], found: Mapping[str, Change],
     each row with what Slurm showed before (``details.before``); returns the rows stored."""
     by_cluster: dict[str, list[Step]] = {}
     for step in steps:
-        if step.sent is not None and step.job is not None:
+        if step.sent and step.job is not None:
             change = found.get(step.job_id)
             cluster = (change.cluster if change else "") or default_cluster
             by_cluster.setdefault(cluster, []).append(step)
     for cluster, sent in by_cluster.items():
         jobs = [core for core in (to_core_job(s.job) for s in sent if s.job) if core]
-        store.record_actions(cluster, now, REVERT, REVERT, jobs, [_action(s) for s in sent])
-    return sum(len(sent) for sent in by_cluster.values())
+        actions = [action for step in sent for action in _actions(step)]
+        store.record_actions(cluster, now, REVERT, REVERT, jobs, actions)
+    return sum(len(step.sent) for sent in by_cluster.values() for step in sent)
 
 
-def _action(step: Step) -> ActionRecord:
-    assert step.sent is not None and step.job is not None
-    result = step.sent
-    answer = None if result.ok else " ".join(result.stderr.split()) or f"exit {result.returncode}"
-    before = dict(before_values(step.job, list(step.fields)))
-    return ActionRecord(step.job_id, REVERT, tuple(result.argv), result.returncode, answer,
-                        {"before": before})
+def _actions(step: Step) -> list[ActionRecord]:
+    """One row per scontrol call, each with what Slurm showed before it."""
+    assert step.job is not None
+    before = dict(before_values(step.job, [name for name in step.fields if name != "Nice"]))
+    if "Nice" in step.fields:
+        before["Nice"] = str(step.job.nice)
+    rows = []
+    for result in step.sent:
+        answer = None if result.ok else \
+            " ".join(result.stderr.split()) or f"exit {result.returncode}"
+        released = result.argv[:2] == ("scontrol", "release")
+        names = ("Priority", "Nice") if released else \
+            [name for name in step.fields if step.fields[name] != SLURMS_OWN]
+        rows.append(ActionRecord(step.job_id, REVERT, tuple(result.argv), result.returncode,
+                                 answer, {"before": {n: before[n] for n in names if n in before}}))
+    return rows
 
 
 def _numeric(job_id: str) -> tuple[int, str]:
@@ -277,7 +329,7 @@ def revert_command(since: str | None, config_file: Path | None, store_url: str |
 def _record(config: DaemonConfig, steps: Sequence[Step], found: Mapping[str, Change],
             cluster: str | None, now: float) -> bool:
     """Put what revert sent into the audit trail; True (and one line) when that failed."""
-    if not any(step.sent is not None for step in steps):
+    if not any(step.sent for step in steps):
         return False
     clusters = Counter(change.cluster for change in found.values() if change.cluster)
     default = cluster or config.cluster_name or next(iter(clusters.most_common(1)),
@@ -291,5 +343,5 @@ def _record(config: DaemonConfig, steps: Sequence[Step], found: Mapping[str, Cha
     except (SlurmRLError, SQLAlchemyError) as exc:
         click.echo(f"the changes above are NOT in the audit trail: {error_line(exc)}", err=True)
         return True
-    click.echo(f"{rows} updates recorded in the store as {REVERT!r} decisions")
+    click.echo(f"{rows} scontrol calls recorded in the store as {REVERT!r} decisions")
     return False

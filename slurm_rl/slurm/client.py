@@ -156,6 +156,12 @@ class CliSlurmClient:
     def requeue_job(self, job_id: str) -> CommandResult:
         return self._send(("scontrol", "requeue", job_id))
 
+    def release_job(self, job_id: str) -> CommandResult:
+        """``scontrol release <id>``: a held job is released; on a pending job that is not
+        held, a Priority set with ``scontrol update`` is dropped and the priority plugin
+        computes it again (and the job's nice is zeroed). ``slurm-rl revert`` only."""
+        return self._send(("scontrol", "release", job_id))
+
     def reservations(self) -> list[SlurmReservation]:
         result = check(self._run(("scontrol", "show", "reservation", "-o"), self.timeout_s))
         return parse_reservations(result.stdout)

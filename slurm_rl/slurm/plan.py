@@ -468,7 +468,8 @@ def outcomes_for(update: Update, result: CommandResult | None) -> list[JobOutcom
 
 def before_values(job: SlurmJob, fields: Sequence[str]) -> tuple[tuple[str, str], ...]:
     """The job's current value of each field an update changes, as scontrol would take it
-    back (an empty string: the field was not set). StartTime is a Unix time."""
+    back (an empty string: the field was not set), and its ``Nice`` beside a ``Priority``:
+    slurmctld resets a job's nice when its priority is set. StartTime is a Unix time."""
     current = {
         PIN: ",".join(job.required_nodes),
         "NumNodes": str(job.node_count) if job.node_count else "",
@@ -477,4 +478,7 @@ def before_values(job: SlurmJob, fields: Sequence[str]) -> tuple[tuple[str, str]
         EXC: ",".join(job.excluded_nodes),
         FEATURES: job.features,
     }
-    return tuple((name, current.get(name, "")) for name in fields)
+    values = tuple((name, current.get(name, "")) for name in fields)
+    if "Priority" in fields:  # setting a Priority zeroes the job's --nice (Slurm 22.05-25.11)
+        values += (("Nice", str(job.nice)),)
+    return values

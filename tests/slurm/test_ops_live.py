@@ -100,16 +100,16 @@ class PinToBusy:
                         placements={self.job_id: placement})
 
 
-def test_revert_restores_node_lists_priorities_and_deferrals(
+def test_revert_restores_node_lists_priorities_nice_and_deferrals(
     live: LiveCluster, tmp_path: Path
 ) -> None:
     _native(live)
     blocker = live.sbatch("alice", "--gres=gpu:a100:8", "-t", "10")
     assert live.run("scontrol", "update", f"JobId={blocker}", "StartTime=now").ok
     busy = live.wait_state(blocker, "RUNNING", timeout_s=SCHED_SLACK_S).nodes[0]
-    pinned = live.sbatch("alice", "--gres=gpu:a100:2", "-t", "10")
+    pinned = live.sbatch("alice", "--gres=gpu:a100:2", "-t", "10", "--nice=50")
     before = live.job(pinned)
-    assert before.required_nodes == () and before.reason == "BeginTime"
+    assert before.required_nodes == () and before.reason == "BeginTime" and before.nice == 50
     daemon = _daemon(live, tmp_path)
     daemon.parts = dataclasses.replace(daemon.parts,
                                        scheduler=GuardedScheduler(PinToBusy(pinned, busy)))
@@ -120,6 +120,7 @@ def test_revert_restores_node_lists_priorities_and_deferrals(
     changed = live.job(pinned)
     assert changed.required_nodes == (busy,) and changed.priority != before.priority
     assert changed.state == "PENDING"
+    assert changed.nice == 0  # slurmctld zeroes the nice of a job whose Priority is set
 
     # A policy that holds: the plugin's deferral is pushed 120 s out.
     held = live.sbatch("bob", "--gres=gpu:v100:1", "-t", "10")
@@ -135,15 +136,20 @@ def test_revert_restores_node_lists_priorities_and_deferrals(
     dry = _cli(live, tmp_path, "revert", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert f"job {pinned} (PENDING): ReqNodeList=(cleared)" in dry.stdout
+    assert "Priority=(Slurm's own) Nice=50" in dry.stdout
     assert live.job(pinned).required_nodes == changed.required_nodes  # dry run sent nothing
     done = _cli(live, tmp_path, "revert")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 jobs changed by the daemon; 2 restored, 0 failed" in done.stdout, done.stdout
-    assert "2 updates recorded in the store as 'revert' decisions" in done.stdout
+    # the pinned job: scontrol release, then its update; the held one: its update
+    assert "3 scontrol calls recorded in the store as 'revert' decisions" in done.stdout
     trail = Store(daemon.config.store).decisions_for(CLUSTER, pinned)
     assert [row.action for row in trail][-1] == "revert" and trail[-1].slurm_rc == 0
     after = live.job(pinned)
     assert after.required_nodes == () and after.priority == before.priority
+    assert after.nice == 50  # back, and taken: the priority is Slurm's own again
+    retake = live.run("scontrol", "update", f"JobId={pinned}", "Nice=60")
+    assert retake.ok and live.job(pinned).nice == 60  # a fixed Priority would ignore it
     started = live.wait_state(held, "RUNNING", timeout_s=SCHED_SLACK_S + 4)
     assert started.start_time is not None and started.start_time < eligible - 60
     again = _cli(live, tmp_path, "revert")  # idempotent: nothing left to undo
