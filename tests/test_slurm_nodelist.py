@@ -335,3 +335,55 @@ def test_an_actuator_records_pins_in_the_ledger_it_is_given() -> None:
     assert actuator.pins is source.pins  # given the source's, as the daemon gives it
     client = CliSlurmClient(runner=runner)
     assert SlurmActuator(client).pins is not source.pins  # nothing taken from a source
+
+
+def test_a_pin_of_ours_that_slurm_finds_it_can_never_hold_is_cleared() -> None:
+    """After the pin, an admin moved a100-03 out of the job's partition (or took a feature
+    away): Slurm keeps the job pending with BadConstraints and priority 0 for good. Set aside
+    as held, it would wait there until someone noticed; the pin is ours, so the daemon takes it
+    back off, and an update without a Priority makes slurmctld drop the BadConstraints and
+    compute the priority again (job_mgr.c)."""
+    runner = _recording()
+    source, actuator = _source_and_actuator(runner)
+    actuator.apply(Decision("p", (PRIO,), {PRIO: ON_A100_03}), source.observe().context)
+    stranded = _pinned("a100-03", eligible_time=int(NOW), state_reason="BadConstraints",
+                       priority=0)
+    runner.answer(SQUEUE, _squeue({PRIO: stranded}))
+    runner.calls.clear()
+    observed = source.observe()
+    assert source.set_aside[PRIO] == "held"  # no policy may order or place it as it is
+    report = actuator.apply(Decision("p", ()), observed.context)
+    assert _pins_sent(runner, PRIO) == [("scontrol", "update", f"JobId={PRIO}", "ReqNodeList=")]
+    outcome = report.outcome(PRIO)
+    assert outcome is not None and (outcome.kind, outcome.ok) == ("unpin", True)
+    assert dict(outcome.before)["ReqNodeList"] == "a100-03"  # for revert and explain
+    # Cleared: no longer ours, so it is not cleared again while Slurm catches up.
+    runner.calls.clear()
+    actuator.apply(Decision("p", ()), source.observe().context)
+    assert _pins_sent(runner, PRIO) == []
+
+
+def test_a_users_pin_that_slurm_finds_impossible_is_left_to_them() -> None:
+    runner = _recording({PRIO: _pinned("a100-03", state_reason="BadConstraints", priority=0)})
+    source, actuator = _source_and_actuator(runner)
+    actuator.apply(Decision("p", ()), source.observe().context)
+    assert _pins_sent(runner, PRIO) == []
+
+
+def test_the_daemon_unpins_a_stranded_job_and_stores_the_call(tmp_path: Path) -> None:
+    runner = _recording()
+    daemon = _daemon(tmp_path, runner)
+    try:
+        assert daemon.run_once().ok
+        assert _pins_sent(runner, PRIO)[0][3] == "ReqNodeList=a100-03"
+        runner.answer(SQUEUE, _squeue({PRIO: _pinned(
+            "a100-03", eligible_time=int(NOW), state_reason="BadConstraints", priority=0)}))
+        runner.calls.clear()
+        assert daemon.run_once().ok
+        assert _pins_sent(runner, PRIO) == [
+            ("scontrol", "update", f"JobId={PRIO}", "ReqNodeList=")]
+        last = daemon.store.decisions_for(CLUSTER, PRIO)[-1]
+        assert (last.action, last.slurm_rc, last.nodes) == ("unpin", 0, None)
+        assert last.details is not None and last.details["before"]["ReqNodeList"] == "a100-03"
+    finally:
+        daemon.close(retire=False)

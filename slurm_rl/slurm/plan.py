@@ -9,7 +9,7 @@ import enum
 import math
 import re
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ClusterShell.NodeSet import NodeSet
@@ -30,6 +30,7 @@ from slurm_rl.slurm.priority import (
 from slurm_rl.slurm.proc import CommandResult, is_unreachable
 from slurm_rl.slurm.records import SlurmJob, SlurmNode, numeric_id
 from slurm_rl.slurm.source import SlurmState
+from slurm_rl.slurm.waiting import BAD_CONSTRAINTS
 
 _WHOLE_LIST = re.compile(r"invalid job id \d+(?:_\d+)?,")
 _FOR_JOB = re.compile(r"^(?P<message>.*?)\s+for job (?P<job>\d+(?:_\d+)?)\s*$")
@@ -78,7 +79,7 @@ class Update:
 class JobOutcome:
     """What happened to one job: the action, the argv sent (if any) and Slurm's answer.
 
-    ``kind``: place, exclude, release, prioritize, defer, unexclude (a call was planned;
+    ``kind``: place, exclude, release, prioritize, defer, unexclude, unpin (a call was planned;
     ``exclude``: an unplaced job gets an ``ExcNodeList``, ``unexclude``: only the
     actuator's own ``ExcNodeList`` is cleared); migrate (a running job requeued and pinned
     elsewhere); unchanged (Slurm already had it); left_to_slurm (deferral cap reached);
@@ -277,8 +278,21 @@ def plan(
         _hold_updates(held, state.time, config, memory.deferred, planned, stale)
         for job_id in stale:
             planned.updates.append(Update("unexclude", (job_id,), ((EXC, ""),)))
+        for job_id in stranded_pins(unranked, memory.pinned):
+            planned.updates.append(Update("unpin", (job_id,), ((PIN, ""),)))
     planned.updates = _merge(planned.updates)
     return planned
+
+
+def stranded_pins(jobs: Iterable[SlurmJob], mine: Mapping[str, frozenset[str]]) -> list[str]:
+    """Jobs that Slurm keeps pending for good (``BadConstraints``, priority 0) under a pin of
+    ours: the nodes left the job's partitions or lost a feature it asks for after the pin
+    was sent (the actuator never sends such a pin, slurm_rl/slurm/eligibility.py). The pin is
+    cleared without a Priority, and slurmctld then drops the reason and computes the
+    priority again (job_mgr.c, the ``FAIL_BAD_CONSTRAINTS`` branch of a job update)."""
+    return [job.job_id for job in jobs
+            if job.reason == BAD_CONSTRAINTS and job.required_nodes
+            and frozenset(job.required_nodes) == mine.get(job.job_id)]
 
 
 def placed_first(ranked: Sequence[SlurmJob], pinned: Collection[str]) -> list[SlurmJob]:

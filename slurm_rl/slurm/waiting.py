@@ -21,7 +21,9 @@ with no deferral tag in ``admin_comment``. Jobs pending for nodes that went down
 one to change it. A pin that can never hold (``BadConstraints``) also makes Slurm set the
 job's priority to 0, so such a job is set aside as held, even under the daemon's own pin;
 the actuator never sends such a pin (slurm_rl/slurm/eligibility.py), so only a change to
-the nodes' partitions or features after the pin leaves one, for an admin to clear.
+the nodes' partitions or features after the pin leaves one, and the actuator then clears
+its own pin (``unpin``, slurm_rl/slurm/plan.py ``stranded_pins``): the next cycle sees the
+job pending again.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from slurm_rl.slurm.deferral import begin_is_ours
 from slurm_rl.slurm.records import SlurmJob
 
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
+BAD_CONSTRAINTS = "BadConstraints"  # a pin that can never hold: priority 0, for good
 DEPENDENCY_REASONS = frozenset({"Dependency", "DependencyNeverSatisfied"})
 # The job's request does not fit its partition, account or QOS as configured now.
 CONFIG_REASONS = frozenset({

@@ -122,3 +122,31 @@ def test_a_restarted_daemon_pins_over_the_exclusion_it_set_before(
     started = live.wait_state(gang, "RUNNING", timeout_s=SCHED_SLACK_S)
     assert (started.nodes, started.excluded_nodes) == ((pinned.nodes,), ())
     assert live.job(theirs).excluded_nodes == (a100[0],)  # still the user's own
+
+
+def test_a_pin_of_ours_slurm_finds_impossible_is_cleared_and_the_job_starts(
+        live: LiveCluster) -> None:
+    """A pin of ours that can never hold (here: a v100 node for a job constrained to a100,
+    as a feature taken away after the pin would leave it) keeps the job pending with
+    BadConstraints and priority 0 for good; the actuator's unpin, an update without a
+    Priority, makes slurmctld drop the reason and compute the priority again."""
+    source = SlurmSource(live.client)
+    v100 = _nodes(source.snapshot(), "v100")
+    job = live.sbatch("alice", "--gres=gpu:1", "--constraint=a100", "-t", "10",
+                      keep_deferred=True)
+    bad = live.run("scontrol", "update", f"JobId={job}", f"ReqNodeList={v100[0]}",
+                   "StartTime=now")
+    assert bad.ok, bad.stderr  # scontrol accepts it (rc 0), as the module docstring says
+    live.wait_for(lambda: live.job(job).reason == "BadConstraints", "BadConstraints",
+                  timeout_s=SCHED_SLACK_S)
+    assert live.job(job).priority == 0
+    observed = source.observe()
+    assert source.set_aside[job] == "held"  # set aside: no policy orders or places it
+    state = observed.context
+    actuator = SlurmActuator(live.client, ActuatorConfig(mode=Mode.ENFORCE), pins=source.pins)
+    actuator.pins.remember(job, v100[0])  # the daemon's own pin, as its ledger knows it
+    report = actuator.apply(Decision("test", ()), state)
+    outcome = report.outcome(job)
+    assert outcome is not None and (outcome.kind, outcome.ok) == ("unpin", True), outcome
+    started = live.wait_state(job, "RUNNING", timeout_s=SCHED_SLACK_S)
+    assert started.nodes[0].startswith("a100")
