@@ -180,8 +180,9 @@ def test_a_damaged_decisions_row_costs_no_cycle_and_is_read_once(
                 assert result.ok, result.error  # was: every cycle failed, no heartbeat
         assert len(reads) == 1
         [line] = _warnings(caplog)
-        assert line.startswith("no stored history for the new policy: a row of table "
-                               "decisions holds invalid JSON in column details (")
+        assert line.startswith("no stored history for the new policy: store table decisions, "
+                               "row ")
+        assert "(job slurm:3): column 'details' is not JSON (" in line
     finally:
         daemon.close()
 

@@ -13,7 +13,6 @@ Only the policies see them; the recorder keeps the snapshot Slurm gave.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Callable
 
@@ -21,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from slurm_rl.core import ClusterSnapshot, Decision, FinishedJob, Job, Placement
 from slurm_rl.loop import DecisionMaker
-from slurm_rl.retrain.window import LoggedJob, RetrainSkipped, load_window
+from slurm_rl.retrain.window import LoggedJob, RetrainSkipped, StoreRowDamaged, load_window
 from slurm_rl.store.repository import Store
 
 log = logging.getLogger(__name__)
@@ -42,6 +41,9 @@ def stored_history(store: Callable[[], Store], days: float) -> History:
             return ()
         except SQLAlchemyError as exc:  # the cycle reports store trouble itself
             log.info("no stored history for the new policy: %s", str(exc).splitlines()[0])
+            return ()
+        except StoreRowDamaged as why:  # names the row, e.g. a details that is not JSON
+            log.warning("no stored history for the new policy: %s", why)
             return ()
         except (ValueError, TypeError) as exc:  # a stored value that does not decode
             log.warning("no stored history for the new policy: %s", _unreadable(exc))
@@ -108,10 +110,8 @@ def _primed(history: History, snapshot: ClusterSnapshot) -> tuple[FinishedJob, .
 
 
 def _unreadable(error: Exception) -> str:
-    """One line on a stored row the window's reader cannot decode. The only JSON it reads is
-    ``decisions.details`` (of moves, for their first start)."""
+    """One line on a stored value the window's reader cannot decode and does not name (a
+    damaged ``decisions.details`` it names itself: :class:`StoreRowDamaged`)."""
     text = str(error).strip().splitlines()
     reason = text[0] if text else type(error).__name__
-    if isinstance(error, json.JSONDecodeError):
-        return f"a row of table decisions holds invalid JSON in column details ({reason})"
     return f"a stored row cannot be read ({reason})"
