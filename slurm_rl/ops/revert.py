@@ -250,9 +250,8 @@ def record(store: Store, steps: Sequence[Step], found: Mapping[str, Change],
 def _actions(step: Step) -> list[ActionRecord]:
     """One row per scontrol call, each with what Slurm showed before it."""
     assert step.job is not None
+    # before_values adds the Nice beside the Priority (a Nice is sent only with one)
     before = dict(before_values(step.job, [name for name in step.fields if name != "Nice"]))
-    if "Nice" in step.fields:
-        before["Nice"] = str(step.job.nice)
     rows = []
     for result in step.sent:
         answer = None if result.ok else \
