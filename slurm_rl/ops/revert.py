@@ -52,8 +52,6 @@ from slurm_rl.slurm.source import to_core_job
 from slurm_rl.store.models import CycleRow, DecisionRow
 from slurm_rl.store.repository import ActionRecord, Store
 
-REVERTED_FIELDS = ("ReqNodeList", "NumNodes", "ExcNodeList", "Priority", "StartTime",
-                   "Features", "Nice")
 REVERT = "revert"  # policy, mode and action of the rows revert stores about itself
 SLURMS_OWN = "(Slurm's own)"  # restore_fields' Priority: `scontrol release`, then the nice
 
