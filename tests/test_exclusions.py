@@ -311,3 +311,37 @@ def test_the_rwgp_long_chooser_excludes_the_long_job_and_not_the_short_gang():
     decision = _dual_agent("rwgp-long").decide(snapshot)
     assert set(decision.placements) == {"gang"}
     assert dict(decision.exclusions) == {"long": ("k80-0", "k80-1")}
+
+
+def test_the_long_rule_lets_go_while_the_long_jobs_queue_is_deep():
+    """``exclusion_queue_h``: past that many hours of the whole cluster's GPUs in pending
+    long jobs (by their limits) a long job may take slow nodes (session 48: at load 1.0 the
+    day-long gangs kept off K80 nodes waited twice as long as shortest-limit-first's)."""
+    cluster = mixed_cluster()  # 32 GPUs: 72 h of them is 2,304 GPU-hours
+    rwgp = RwgpPlacement(SPEEDS, PlacementConfig(exclusion_min_limit_s=86_400.0,
+                                                 exclusion_queue_h=72.0))
+    only_k80_free = (0, 0, 8, 8)
+    long_one = job("long", 0.0, 1, 50_000.0, time_limit=86_400.0)
+    short_gangs = tuple(job(f"short-{i}", 0.0, 8, 100.0, time_limit=23 * 3600.0)
+                        for i in range(20))  # not long: they count for nothing
+    shallow = ClusterSnapshot(1000.0, cluster, only_k80_free, (long_one, *short_gangs))
+    rwgp.observe(shallow)
+    assert rwgp.exclusions(long_one, shallow) == ("k80-0", "k80-1")
+    gangs = tuple(job(f"gang-{i}", 0.0, 8, 100.0, time_limit=168 * 3600.0) for i in range(2))
+    at_most = ClusterSnapshot(1000.0, cluster, only_k80_free, (long_one, gangs[0]))
+    assert rwgp.exclusions(long_one, at_most) != ()  # 24 + 1,344 GPU-hours: not past it
+    deep = ClusterSnapshot(1000.0, cluster, only_k80_free, (long_one, *gangs))
+    assert rwgp.exclusions(long_one, deep) == ()  # 2,712 GPU-hours
+    placed = rwgp.place(long_one, only_k80_free, deep)
+    assert placed is not None and placed.nodes[0].startswith("k80")
+
+
+def test_the_rwgp_long_queue_chooser_keeps_a_long_job_waiting_only_behind_a_shallow_queue():
+    cluster = mixed_cluster()
+    long_one = job("long", 0.0, 1, 50_000.0, time_limit=86_400.0)
+    gangs = tuple(job(f"gang-{i}", 0.0, 8, 100.0, time_limit=168 * 3600.0) for i in range(2))
+    for pending, places in (((long_one,), False), ((long_one, *gangs), True)):
+        snapshot = ClusterSnapshot(1000.0, cluster, (0, 0, 8, 8), pending)
+        decision = _dual_agent("rwgp-long-queue").decide(snapshot)
+        assert ("long" in decision.placements) is places, pending
+        assert "long" not in _dual_agent("rwgp-long").decide(snapshot).placements

@@ -125,6 +125,11 @@ class OrderingAgent:
 # How long ``rwgp-patient`` keeps a gang off slow nodes, and ``rwgp-long-patient`` a long job:
 # one untuned value (session 39)
 PATIENCE_S = 3600.0
+# How deep the long jobs' queue may get (hours of the whole cluster's GPUs) before
+# ``rwgp-long-queue`` lets them onto slow nodes: (1/ρ − 1) × the long limit, the least run
+# time a long job loses on a node under ρ = ¼ of the best pace (3 × 24 h); one untuned value,
+# written down before any replay of it (session 48)
+QUEUE_H = 72.0
 # Each RWGP chooser's exclusion rules (slurm_rl/agents/rwgp/exclusions.py); λ is the bundle's
 _RWGP_EXCLUSIONS: dict[str, PlacementConfig] = {
     "rwgp": PlacementConfig(exclusion_ratio=0.0),
@@ -141,6 +146,11 @@ _RWGP_EXCLUSIONS: dict[str, PlacementConfig] = {
     "rwgp-long-patient": PlacementConfig(exclusion_spanning=False, exclusion_min_gpus=None,
                                          exclusion_min_limit_s=LONG_LIMIT_H * 3600,
                                          exclusion_patience_s=PATIENCE_S),
+    # the long-job rule while the long jobs' queue is shallow: in a deep one the fast nodes'
+    # queue starts sooner for every long job that leaves it (session 48)
+    "rwgp-long-queue": PlacementConfig(exclusion_spanning=False, exclusion_min_gpus=None,
+                                       exclusion_min_limit_s=LONG_LIMIT_H * 3600,
+                                       exclusion_queue_h=QUEUE_H),
 }
 
 

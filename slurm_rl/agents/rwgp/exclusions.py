@@ -26,7 +26,14 @@ and holds the fast members hostage; waiting for a faster node costs less. Which 
   exclusions leave the slow nodes free for whichever job arrives next, and a month-long
   single-GPU run lands there (session 40: Philly September at offered load 0.85);
 * with ``exclusion_patience_s``: no gang that has waited that long (a deep queue the backlog
-  signal misses: under shortest-limit-first the single-GPU jobs it watches start at once).
+  signal misses: under shortest-limit-first the single-GPU jobs it watches start at once);
+* with ``exclusion_queue_h``: the long-job rule holds only while the long jobs' queue is
+  shallow: their pending GPU-hours, by their time limits, ``Σ g_j L_j`` over pending jobs with
+  ``L_j`` at least ``exclusion_min_limit_s``, at most ``exclusion_queue_h`` hours of the whole
+  cluster's GPUs. Past it a long job may take slow nodes too. One job's own trade never pays
+  for a slow node (it loses ``(1/ρ − 1)`` times its run there, days), but every long job that
+  leaves the fast nodes' queue starts the ones behind it sooner (session 48: Philly October at
+  offered load 1.0, day-long gangs kept off K80 nodes waited 63 h against 28 h).
 
 A job that asked for a GPU type by name is judged against the best node of that type; no job
 is excluded when the nodes left could never hold it.
@@ -62,6 +69,8 @@ class ExclusionSettings(Protocol):
     def exclusion_patience_s(self) -> float | None: ...
     @property
     def exclusion_min_limit_s(self) -> float | None: ...
+    @property
+    def exclusion_queue_h(self) -> float | None: ...
 
 
 class PaceView(Protocol):
@@ -91,6 +100,8 @@ class ExclusionRules:
         self._slow: dict[tuple[str, str | None], tuple[PaceView, SlowNodes]] = {}
         self._backlog_of: ClusterSnapshot | None = None
         self._backlog_seen = -math.inf
+        self._queue_of: ClusterSnapshot | None = None
+        self._queue_deep = False
 
     def use_cluster(self, table: NodeTable, names: tuple[str, ...]) -> None:
         self._table, self._names = table, names
@@ -129,6 +140,21 @@ class ExclusionRules:
         least = self.settings.exclusion_min_limit_s
         return least is not None and job.time_limit is not None and job.time_limit >= least
 
+    def long_queue_deep(self, snapshot: ClusterSnapshot) -> bool:
+        """Whether the pending long jobs hold more GPU-hours, by their limits, than the whole
+        cluster's GPUs run in ``exclusion_queue_h`` hours: then the long-job rule lets go."""
+        hours, least = self.settings.exclusion_queue_h, self.settings.exclusion_min_limit_s
+        if hours is None or least is None or self._table is None:
+            return False
+        if self._queue_of is not snapshot:
+            columns = snapshot.columns
+            long_jobs = columns.time_limit >= least  # an unknown limit (NaN) is not long
+            demand_s = float((columns.num_gpus[long_jobs] * columns.time_limit[long_jobs]).sum())
+            capacity = float(self._table.capacity.sum())
+            self._queue_deep = demand_s > hours * 3600.0 * capacity
+            self._queue_of = snapshot
+        return self._queue_deep
+
     def backlog(self, snapshot: ClusterSnapshot) -> bool:
         """Whether, within ``exclusion_backlog_memory_s``, a job too small to be excluded has
         waited ``exclusion_backlog_s``: it could start on any free GPU, so every GPU, slow
@@ -149,7 +175,9 @@ class ExclusionRules:
         return snapshot.time - self._backlog_seen <= settings.exclusion_backlog_memory_s
 
     def _excludable(self, job: Job, snapshot: ClusterSnapshot) -> bool:
-        if self.long(job) or (self.settings.exclusion_spanning and self._must_span(job)):
+        if self.long(job) and not self.long_queue_deep(snapshot):
+            return True
+        if self.settings.exclusion_spanning and self._must_span(job):
             return True
         minimum = self.settings.exclusion_min_gpus
         return minimum is not None and job.num_gpus >= minimum and not self.backlog(snapshot)

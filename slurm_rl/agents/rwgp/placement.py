@@ -104,6 +104,9 @@ class PlacementConfig:
     exclusion_patience_s: float | None = None
     # a job with a time limit this long is kept off slow nodes whatever its size (None: off)
     exclusion_min_limit_s: float | None = None
+    # that rule holds only while the pending long jobs' GPU-hours are at most this many hours
+    # of the whole cluster (None: always)
+    exclusion_queue_h: float | None = None
     # "auto": learn from finished jobs' runtimes only while no measured speeds arrive (live)
     runtime_readings: Literal["auto", "always", "never"] = "auto"
     threads: int | None = 1  # torch threads; one is fastest when replays share the cores
