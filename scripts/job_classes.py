@@ -28,9 +28,10 @@ from rich.console import Console
 from rich.table import Table
 
 from slurm_rl.cli.main import simulate
-from slurm_rl.cli.simulate import _at_load, build_scenario, ranking_rules
+from slurm_rl.cli.simulate import build_scenario, ranking_rules
 from slurm_rl.core import Cluster
 from slurm_rl.fairness import RankingRules
+from slurm_rl.offered_load import load_points
 from slurm_rl.simulator.outcomes import JobOutcome
 from slurm_rl.training.evaluate import PolicySpec, replay_replicas
 
@@ -142,8 +143,11 @@ def main(argv: Sequence[str] | None = None) -> Mapping[str, list[ClassFigures]]:
     options = simulate.make_context("simulate", sim_argv).params
     console = Console(width=150)  # one line a row, also in a log file
     scenario = build_scenario(options)
-    if args.load is not None:
-        scenario = _at_load(console, scenario, args.load, False)
+    if args.load is not None:  # the cluster scaled as simulate's --load scales it
+        point = load_points(scenario, [args.load])[0]
+        scenario = point.scenario
+        console.print(f"offered load {point.achieved:.2f} (asked {args.load:g}): "
+                      f"{len(scenario.cluster.nodes)} nodes")
     names = [name for name in args.policies.split(",") if name]
     specs = _specs(names, args.bundle, ranking_rules(options))
     replicas = [scenario.replica(k) for k in range(args.replicas)]

@@ -77,6 +77,11 @@ class LiveCluster:
         result = self.run("scontrol", "update", f"JobId={job_id}", f"StartTime=now+{seconds}")
         assert result.ok, f"cannot lengthen the deferral of {job_id}: {result.stderr}"
 
+    def nice(self, job_id: str) -> int:
+        """The job's nice as ``squeue --json`` shows it (scontrol's record does not keep it;
+        the snapshot leaves out a job it sets aside)."""
+        return next(job.nice for job in self.client.jobs().jobs if job.job_id == job_id)
+
     def job(self, job_id: str) -> ScontrolJob:
         found = self.client.show_job(job_id)
         assert found is not None, f"job {job_id} vanished"

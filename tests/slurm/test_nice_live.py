@@ -22,11 +22,6 @@ def _nice(source: SlurmSource, job_id: str) -> int:
     return next(job.nice for job in jobs if job.job_id == job_id)
 
 
-def _shown_nice(live: LiveCluster, job_id: str) -> int:
-    """The nice as ``squeue --json`` shows it, also for a job the snapshot sets aside."""
-    return next(job.nice for job in live.client.jobs().jobs if job.job_id == job_id)
-
-
 def test_the_nice_the_daemons_priority_erased_still_counts_and_a_negative_one_is_read(
     live: LiveCluster,
 ) -> None:
@@ -84,6 +79,6 @@ def test_revert_hands_the_daemons_priority_back_to_slurm_and_the_nice_is_taken_a
     after = live.job(niced)
     assert after.state == "PENDING" and after.priority not in (None, 0), after.raw
     assert str(after.priority) != daemons[-1], after.raw
-    assert _shown_nice(live, niced) == 500
+    assert live.nice(niced) == 500
     assert live.run("scontrol", "update", f"JobId={niced}", "Nice=600").ok
-    assert _shown_nice(live, niced) == 600
+    assert live.nice(niced) == 600

@@ -100,11 +100,6 @@ class PinToBusy:
                         placements={self.job_id: placement})
 
 
-def _nice(live: LiveCluster, job_id: str) -> int:
-    """The job's nice as squeue --json shows it (scontrol's record here does not keep it)."""
-    return next(job.nice for job in live.client.jobs().jobs if job.job_id == job_id)
-
-
 def test_revert_restores_node_lists_priorities_nice_and_deferrals(
     live: LiveCluster, tmp_path: Path
 ) -> None:
@@ -115,7 +110,7 @@ def test_revert_restores_node_lists_priorities_nice_and_deferrals(
     pinned = live.sbatch("alice", "--gres=gpu:a100:2", "-t", "10", "--nice=50")
     before = live.job(pinned)
     assert before.required_nodes == () and before.reason == "BeginTime"
-    assert _nice(live, pinned) == 50
+    assert live.nice(pinned) == 50
     daemon = _daemon(live, tmp_path)
     daemon.parts = dataclasses.replace(daemon.parts,
                                        scheduler=GuardedScheduler(PinToBusy(pinned, busy)))
@@ -126,7 +121,7 @@ def test_revert_restores_node_lists_priorities_nice_and_deferrals(
     changed = live.job(pinned)
     assert changed.required_nodes == (busy,) and changed.priority != before.priority
     assert changed.state == "PENDING"
-    assert _nice(live, pinned) == 0  # slurmctld zeroes the nice of a job whose Priority is set
+    assert live.nice(pinned) == 0  # slurmctld zeroes the nice of a job whose Priority is set
 
     # A policy that holds: the plugin's deferral is pushed 120 s out.
     held = live.sbatch("bob", "--gres=gpu:v100:1", "-t", "10")
@@ -153,9 +148,9 @@ def test_revert_restores_node_lists_priorities_nice_and_deferrals(
     assert [row.action for row in trail][-1] == "revert" and trail[-1].slurm_rc == 0
     after = live.job(pinned)
     assert after.required_nodes == () and after.priority == before.priority
-    assert _nice(live, pinned) == 50  # back, and taken: the priority is Slurm's own again
+    assert live.nice(pinned) == 50  # back, and taken: the priority is Slurm's own again
     retake = live.run("scontrol", "update", f"JobId={pinned}", "Nice=60")
-    assert retake.ok and _nice(live, pinned) == 60  # a fixed Priority would ignore it
+    assert retake.ok and live.nice(pinned) == 60  # a fixed Priority would ignore it
     started = live.wait_state(held, "RUNNING", timeout_s=SCHED_SLACK_S + 4)
     assert started.start_time is not None and started.start_time < eligible - 60
     again = _cli(live, tmp_path, "revert")  # idempotent: nothing left to undo
