@@ -151,6 +151,11 @@ _RWGP_EXCLUSIONS: dict[str, PlacementConfig] = {
     "rwgp-long-queue": PlacementConfig(exclusion_spanning=False, exclusion_min_gpus=None,
                                        exclusion_min_limit_s=LONG_LIMIT_H * 3600,
                                        exclusion_queue_h=QUEUE_H),
+    # and only while no shorter job waits: a long job takes a slow node nothing shorter is
+    # waiting for (session 49; rwgp-long-queue's released long jobs took the short jobs' nodes)
+    "rwgp-long-lull": PlacementConfig(exclusion_spanning=False, exclusion_min_gpus=None,
+                                      exclusion_min_limit_s=LONG_LIMIT_H * 3600,
+                                      exclusion_queue_h=QUEUE_H, exclusion_queue_lull=True),
 }
 
 

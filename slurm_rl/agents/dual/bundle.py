@@ -41,9 +41,10 @@ PLACEMENT_GP = "placement_gp"  # meta key: the chooser's refit RWGP hyperparamet
 #: time limit of a day or more off slow nodes (``PlacementConfig.exclusion_min_limit_s``);
 #: ``rwgp-long`` keeps only those long jobs off slow nodes (its ablation: no gang rule);
 #: ``rwgp-long-patient`` does so until the long job has waited an hour; ``rwgp-long-queue``
-#: while the long jobs' queue is shallow (``PlacementConfig.exclusion_queue_h``).
+#: while the long jobs' queue is shallow (``PlacementConfig.exclusion_queue_h``);
+#: ``rwgp-long-lull`` while it is shallow or a shorter job waits (``exclusion_queue_lull``).
 CHOOSERS = ("rwgp-excluding", "rwgp", "rwgp-patient", "rwgp-excluding-long", "rwgp-long",
-            "rwgp-long-patient", "rwgp-long-queue", "best-fit")
+            "rwgp-long-patient", "rwgp-long-queue", "rwgp-long-lull", "best-fit")
 UNNAMED_CHOOSER = "rwgp"  # a meta.json without the key: bundles from before the key existed
 #: The time limit from which the ``-long`` choosers keep any job off slow nodes (meta.json
 #: ``long_limit_h``): a day, one untuned value (session 40). A job that asks for a day runs 8 h

@@ -33,7 +33,12 @@ and holds the fast members hostage; waiting for a faster node costs less. Which 
   cluster's GPUs. Past it a long job may take slow nodes too. One job's own trade never pays
   for a slow node (it loses ``(1/ρ − 1)`` times its run there, days), but every long job that
   leaves the fast nodes' queue starts the ones behind it sooner (session 48: Philly October at
-  offered load 1.0, day-long gangs kept off K80 nodes waited 63 h against 28 h).
+  offered load 1.0, day-long gangs kept off K80 nodes waited 63 h against 28 h);
+* with ``exclusion_queue_lull`` as well: it lets go only while no shorter job (one the rule
+  does not cover) has waited ``exclusion_backlog_s``: a slow node is given to a long job only
+  when nothing shorter is waiting for it. Released at once, long jobs took the slow nodes the
+  short jobs would have started on, and the short jobs paid what the long ones gained
+  (session 48); shortest-limit-first gives a long gang a slow node only in such a lull.
 
 A job that asked for a GPU type by name is judged against the best node of that type; no job
 is excluded when the nodes left could never hold it.
@@ -71,6 +76,8 @@ class ExclusionSettings(Protocol):
     def exclusion_min_limit_s(self) -> float | None: ...
     @property
     def exclusion_queue_h(self) -> float | None: ...
+    @property
+    def exclusion_queue_lull(self) -> bool: ...
 
 
 class PaceView(Protocol):
@@ -102,6 +109,8 @@ class ExclusionRules:
         self._backlog_seen = -math.inf
         self._queue_of: ClusterSnapshot | None = None
         self._queue_deep = False
+        self._shorter_of: ClusterSnapshot | None = None
+        self._shorter_waiting = False
 
     def use_cluster(self, table: NodeTable, names: tuple[str, ...]) -> None:
         self._table, self._names = table, names
@@ -142,7 +151,8 @@ class ExclusionRules:
 
     def long_queue_deep(self, snapshot: ClusterSnapshot) -> bool:
         """Whether the pending long jobs hold more GPU-hours, by their limits, than the whole
-        cluster's GPUs run in ``exclusion_queue_h`` hours: then the long-job rule lets go."""
+        cluster's GPUs run in ``exclusion_queue_h`` hours: then the long-job rule lets go
+        (with ``exclusion_queue_lull``, only while no shorter job waits)."""
         hours, least = self.settings.exclusion_queue_h, self.settings.exclusion_min_limit_s
         if hours is None or least is None or self._table is None:
             return False
@@ -153,7 +163,21 @@ class ExclusionRules:
             capacity = float(self._table.capacity.sum())
             self._queue_deep = demand_s > hours * 3600.0 * capacity
             self._queue_of = snapshot
-        return self._queue_deep
+        return self._queue_deep and not (self.settings.exclusion_queue_lull
+                                         and self.shorter_jobs_waiting(snapshot))
+
+    def shorter_jobs_waiting(self, snapshot: ClusterSnapshot) -> bool:
+        """Whether a job the long-job rule does not cover has waited ``exclusion_backlog_s``
+        now (no memory, unlike :meth:`backlog`): a slow node freed now would be its."""
+        wait, least = self.settings.exclusion_backlog_s, self.settings.exclusion_min_limit_s
+        if wait is None or least is None:
+            return False
+        if self._shorter_of is not snapshot:
+            columns = snapshot.columns
+            waited = snapshot.time - columns.submit_time > wait
+            self._shorter_waiting = bool((waited & ~(columns.time_limit >= least)).any())
+            self._shorter_of = snapshot
+        return self._shorter_waiting
 
     def backlog(self, snapshot: ClusterSnapshot) -> bool:
         """Whether, within ``exclusion_backlog_memory_s``, a job too small to be excluded has

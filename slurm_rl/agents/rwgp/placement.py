@@ -107,6 +107,9 @@ class PlacementConfig:
     # that rule holds only while the pending long jobs' GPU-hours are at most this many hours
     # of the whole cluster (None: always)
     exclusion_queue_h: float | None = None
+    # and only while no shorter job has waited exclusion_backlog_s (nothing shorter is waiting
+    # for the slow nodes the rule would open)
+    exclusion_queue_lull: bool = False
     # "auto": learn from finished jobs' runtimes only while no measured speeds arrive (live)
     runtime_readings: Literal["auto", "always", "never"] = "auto"
     threads: int | None = 1  # torch threads; one is fastest when replays share the cores
