@@ -345,3 +345,39 @@ def test_the_rwgp_long_queue_chooser_keeps_a_long_job_waiting_only_behind_a_shal
         decision = _dual_agent("rwgp-long-queue").decide(snapshot)
         assert ("long" in decision.placements) is places, pending
         assert "long" not in _dual_agent("rwgp-long").decide(snapshot).placements
+
+
+def test_in_a_lull_only_the_deep_long_queue_lets_a_long_job_onto_slow_nodes():
+    """``exclusion_queue_lull``: a deep long queue opens the slow nodes only while no shorter
+    job has waited ``exclusion_backlog_s`` (session 48: released at once, long jobs took the
+    nodes the short single-GPU jobs would have started on)."""
+    cluster = mixed_cluster()
+    rwgp = RwgpPlacement(SPEEDS, PlacementConfig(exclusion_min_limit_s=86_400.0,
+                                                 exclusion_queue_h=72.0,
+                                                 exclusion_queue_lull=True))
+    only_k80_free = (0, 0, 8, 8)
+    long_one = job("long", 0.0, 1, 50_000.0, time_limit=86_400.0)
+    gangs = tuple(job(f"gang-{i}", 0.0, 8, 100.0, time_limit=168 * 3600.0) for i in range(2))
+    short = job("short", 600.0, 1, 100.0, time_limit=3600.0)
+    lull = ClusterSnapshot(1000.0, cluster, only_k80_free, (long_one, *gangs))
+    rwgp.observe(lull)
+    assert rwgp.exclusions(long_one, lull) == ()  # deep, and nothing shorter waits
+    just_in = ClusterSnapshot(800.0, cluster, only_k80_free, (long_one, *gangs, short))
+    assert rwgp.exclusions(long_one, just_in) == ()  # the short job has waited 200 s only
+    waiting = ClusterSnapshot(1000.0, cluster, only_k80_free, (long_one, *gangs, short))
+    assert rwgp.exclusions(long_one, waiting) == ("k80-0", "k80-1")  # 400 s: it waits
+    assert rwgp.place(long_one, only_k80_free, waiting) is None
+    unlimited = job("unlimited", 0.0, 1, 100.0, time_limit=None)  # no limit: not long
+    no_limit = ClusterSnapshot(1000.0, cluster, only_k80_free, (long_one, *gangs, unlimited))
+    assert rwgp.exclusions(long_one, no_limit) == ("k80-0", "k80-1")
+
+
+def test_the_rwgp_long_lull_chooser_places_a_long_job_on_slow_nodes_only_in_a_lull():
+    cluster = mixed_cluster()
+    long_one = job("long", 0.0, 1, 50_000.0, time_limit=86_400.0)
+    gangs = tuple(job(f"gang-{i}", 0.0, 8, 100.0, time_limit=168 * 3600.0) for i in range(2))
+    short = job("short", 0.0, 24, 100.0, time_limit=3600.0)  # waiting: 16 GPUs free
+    for pending, places in (((long_one, *gangs), True), ((long_one, *gangs, short), False)):
+        snapshot = ClusterSnapshot(1000.0, cluster, (0, 0, 8, 8), pending)
+        decision = _dual_agent("rwgp-long-lull").decide(snapshot)
+        assert ("long" in decision.placements) is places, pending
