@@ -41,8 +41,9 @@ from rich.table import Table
 
 from slurm_rl.cli.main import simulate
 from slurm_rl.cli.simulate import build_scenario, ranking_rules
+from slurm_rl.errors import InputError
 from slurm_rl.training.evaluate import PolicySpec
-from slurm_rl.training.sweep import RunFigures, run_sweep
+from slurm_rl.training.sweep import RunFigures, parse_loads, run_sweep
 
 WINDOWS: tuple[tuple[str, str], ...] = (
     ("valweek", "2017-09-24:2017-10-01"), ("october", "2017-10-01:2017-10-15"),
@@ -189,7 +190,10 @@ def main(argv: Sequence[str] | None = None) -> Figures:
     windows = [(w, known[w]) for w in names]
     source = ["--trace", args.trace, "--cluster", args.cluster,
               *(["--days", str(args.days)] if args.days is not None else [])]
-    loads = [float(x) for x in args.loads.split(",") if x]
+    try:
+        loads = parse_loads(args.loads)
+    except InputError as err:
+        raise SystemExit(f"--loads: {err}") from None
     figures: Figures = {}
     for path in args.earlier:
         merge(figures, read_figures(path))
