@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from slurm_rl.paths import REPO_DIR
+from tests.scripts import load_script
 
 FIRST = "gavel/physical_cluster_throughputs.json.gz"  # the first file the script reads
 HEADER = "file\tsource_repo\tcommit\tsource_path\tbytes_uncompressed\tsha256_uncompressed\tgit_blob"
@@ -22,12 +21,7 @@ PLACEMENTS = "placement,local_bsz,step_time,sync_time\n1,20,0.15,0.001\n4,20,0.1
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "derive_perf_tables_bad_input", REPO_DIR / "scripts" / "derive_perf_tables.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("derive_perf_tables", "derive_perf_tables_bad_input")
 
 
 def _perfdata(root: Path, listed: dict[str, bytes], written: dict[str, bytes]) -> Path:

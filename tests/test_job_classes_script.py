@@ -3,7 +3,6 @@ sessions-48.md: the classes add up to the avg JCT, and the script runs on a tiny
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -13,18 +12,14 @@ import pytest
 
 from slurm_rl.core import Cluster, Job, Node
 from slurm_rl.simulator.outcomes import JobOutcome
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "job_classes.py"
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("job_classes", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["job_classes"] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("job_classes")
 
 
 def _outcome(job_id: str, gpus: int, limit_h: float | None, wait_h: float, run_h: float,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import csv
 import gzip
-import importlib.util
 import json
 import statistics
 from pathlib import Path
@@ -15,8 +14,9 @@ from typing import Any
 import pytest
 
 from slurm_rl.errors import InputError, UnknownNameError
-from slurm_rl.paths import REPO_DIR, shared_perfdata_dir
+from slurm_rl.paths import shared_perfdata_dir
 from slurm_rl.simulator.perfmodel import TABLES_PATH, PerformanceModel
+from tests.scripts import load_script
 
 FAMILIES = ("cifar10", "ncf", "deepspeech2", "yolov3", "imagenet", "bert")
 TYPES = ("K80", "P100", "V100", "T4", "A100")
@@ -32,13 +32,7 @@ def model() -> PerformanceModel:
 
 
 def _derive_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "derive_perf_tables", REPO_DIR / "scripts" / "derive_perf_tables.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("derive_perf_tables")
 
 
 def _gavel(name: str) -> dict[str, Any]:

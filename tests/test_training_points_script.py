@@ -4,7 +4,6 @@ back as written, and the script run end to end on a tiny input."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,18 +11,14 @@ from pathlib import Path
 from types import ModuleType
 
 from slurm_rl.training.sweep import RunFigures
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "training_points.py"
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("training_points", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["training_points"] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("training_points")
 
 
 def _runs(jct: float, fees: float = 100.0, wait: float = 1.0) -> list[RunFigures]:
